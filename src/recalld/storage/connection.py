@@ -1,0 +1,77 @@
+"""The one place that opens SQLite connections.
+
+The stdlib `sqlite3` of pyenv and many distributions is built without extension loading, and
+sqlite-vec is an extension, so `connect()` prefers the stdlib module only where it can load
+extensions and otherwise uses `sqlean.py` (a drop-in sqlite3 built with them). Every connection
+loads sqlite-vec. Exception classes differ between the two modules; `sqlite_errors` names the
+ones in use so callers catch the right classes in one place.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import sqlite_vec
+
+from recalld.errors import StoreError
+
+
+def _pick_module() -> ModuleType:
+    probe = sqlite3.connect(":memory:")
+    try:
+        if hasattr(probe, "enable_load_extension"):
+            return sqlite3
+    finally:
+        probe.close()
+    try:
+        import sqlean
+    except ImportError as exc:  # pragma: no cover - depends on the platform's wheels
+        raise StoreError(
+            "this Python's sqlite3 cannot load extensions and sqlean.py is not installed; "
+            "install sqlean.py or use a Python built with extension loading"
+        ) from exc
+    return sqlean
+
+
+sqlite: ModuleType = _pick_module()
+# Both modules define the DB-API exception classes; catch these, not sqlite3's.
+DatabaseError: type[Exception] = sqlite.DatabaseError
+OperationalError: type[Exception] = sqlite.OperationalError
+SqliteIntegrityError: type[Exception] = sqlite.IntegrityError
+Row: Any = sqlite.Row
+
+
+def connect(path: Path | str, *, readonly: bool = False) -> Any:
+    """Open a connection with sqlite-vec loaded and recalld's pragmas set.
+
+    Args:
+        path: The database file.
+        readonly: Open with `query_only`, for the reader pool.
+
+    Returns:
+        A DB-API connection from the chosen module, in autocommit mode (transactions are
+        explicit, `BEGIN IMMEDIATE` in the writer).
+    """
+    conn = sqlite.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0)
+    try:
+        conn.enable_load_extension(True)
+        sqlite_vec.load(conn)
+        conn.enable_load_extension(False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        # NORMAL is durable across application crashes in WAL mode; only a power loss can
+        # drop the last transactions (https://sqlite.org/pragma.html#pragma_synchronous).
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("PRAGMA busy_timeout=30000")
+        conn.execute("PRAGMA mmap_size=268435456")
+        conn.execute("PRAGMA cache_size=-65536")
+        if readonly:
+            conn.execute("PRAGMA query_only=1")
+    except Exception:
+        conn.close()
+        raise
+    conn.row_factory = Row
+    return conn

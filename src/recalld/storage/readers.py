@@ -1,0 +1,236 @@
+"""Read queries: vector KNN, FTS5 BM25, chunk and document lookups.
+
+Each function takes a reader connection from the pool. Filters become fixed SQL fragments with
+bound parameters; user text only ever reaches SQLite as a bound value.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from recalld.types import Chunk, Document, Filters
+
+_CHUNK_COLUMNS = (
+    "c.id, c.document_id, d.source, c.position, c.kind, c.granularity, c.key, c.parent_id, "
+    "c.text, c.token_count, c.tags, c.memory_type, c.importance, c.event_time, c.created_at, "
+    "c.access_count, c.last_accessed_at, c.retrieval_count, c.last_retrieved_at, c.status, c.meta"
+)
+
+
+async def fetchall(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """Run a query and return every row."""
+    async with conn.execute(sql, params) as cursor:
+        return list(await cursor.fetchall())
+
+
+def _row_to_chunk(row: Any) -> Chunk:
+    return Chunk(
+        id=row[0], document_id=row[1], source=row[2], position=row[3], kind=row[4],
+        granularity=row[5], key=row[6], parent_id=row[7], text=row[8], token_count=row[9],
+        tags=tuple(json.loads(row[10])), memory_type=row[11], importance=row[12],
+        event_time=row[13], created_at=row[14], access_count=row[15], last_accessed_at=row[16],
+        retrieval_count=row[17], last_retrieved_at=row[18], status=row[19],
+        meta=json.loads(row[20]),
+    )
+
+
+def _row_to_document(row: Any) -> Document:
+    return Document(
+        id=row[0], source=row[1], kind=row[2], content_hash=row[3], state=row[4],
+        chunk_count=row[5], created_at=row[6], updated_at=row[7], mtime=row[8], size=row[9],
+    )
+
+
+_DOCUMENT_COLUMNS = (
+    "id, source, kind, content_hash, state, chunk_count, created_at, updated_at, mtime, size"
+)
+
+
+def filter_sql(filters: Filters) -> tuple[str, list[Any]]:
+    """SQL conditions on `c` (chunks) and `d` (documents) for `filters`, with their parameters."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if filters.sources:
+        # A prefix match by range keeps the documents.source index usable and needs no escaping.
+        parts = []
+        for prefix in filters.sources:
+            parts.append("(d.source >= ? AND d.source < ?)")
+            params += [prefix, prefix + "\U0010ffff"]
+        clauses.append("(" + " OR ".join(parts) + ")")
+    for column, values in (("c.kind", filters.kinds), ("c.granularity", filters.granularities)):
+        if values:
+            clauses.append(f"{column} IN ({', '.join('?' * len(values))})")
+            params += list(values)
+    for tag in filters.tags:
+        clauses.append("EXISTS (SELECT 1 FROM json_each(c.tags) WHERE json_each.value = ?)")
+        params.append(tag)
+    if filters.since is not None:
+        clauses.append("c.event_time >= ?")
+        params.append(filters.since)
+    if filters.until is not None:
+        clauses.append("c.event_time < ?")
+        params.append(filters.until)
+    return " AND ".join(clauses) or "1", params
+
+
+async def knn(conn: Any, vector: npt.NDArray[np.float32], k: int, filters: Filters) -> list[
+        tuple[int, float]]:
+    """The `k` nearest chunks by cosine distance, as `(chunk_id, distance)`, nearest first.
+
+    Without filters, or with only one kind / granularity, the filter runs inside sqlite-vec's
+    KNN; other filters scan exactly the matching chunks, which is both correct and no slower
+    than the full brute-force KNN.
+    """
+    blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+    simple = Filters(kinds=filters.kinds, granularities=filters.granularities)
+    if filters == simple and len(filters.kinds) <= 1 and len(filters.granularities) <= 1:
+        sql = "SELECT chunk_id, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?"
+        params: list[Any] = [blob, k]
+        if filters.kinds:
+            sql += " AND kind = ?"
+            params.append(filters.kinds[0])
+        if filters.granularities:
+            sql += " AND granularity = ?"
+            params.append(filters.granularities[0])
+        rows = await fetchall(conn, sql + " ORDER BY distance", params)
+    else:
+        where, params = filter_sql(filters)
+        rows = await fetchall(
+            conn,
+            "SELECT c.id, vec_distance_cosine(v.embedding, ?) AS distance "
+            "FROM chunks c JOIN documents d ON d.id = c.document_id "
+            f"JOIN chunks_vec v ON v.chunk_id = c.id WHERE {where} "
+            "ORDER BY distance LIMIT ?",
+            [blob, *params, k],
+        )
+    return [(int(r[0]), float(r[1])) for r in rows]
+
+
+async def fts(conn: Any, expression: str, k: int, filters: Filters) -> list[tuple[int, float]]:
+    """The `k` best BM25 matches as `(chunk_id, score)`, best first; score is -bm25 (higher
+    is better)."""
+    if not expression:
+        return []
+    if filters.is_empty():
+        rows = await fetchall(
+            conn,
+            "SELECT rowid, rank FROM chunks_fts WHERE chunks_fts MATCH ? ORDER BY rank LIMIT ?",
+            (expression, k),
+        )
+    else:
+        where, params = filter_sql(filters)
+        rows = await fetchall(
+            conn,
+            "SELECT f.rowid, f.rank FROM chunks_fts f JOIN chunks c ON c.id = f.rowid "
+            f"JOIN documents d ON d.id = c.document_id WHERE chunks_fts MATCH ? AND {where} "
+            "ORDER BY f.rank LIMIT ?",
+            [expression, *params, k],
+        )
+    return [(int(r[0]), -float(r[1])) for r in rows]
+
+
+async def document_frequency(conn: Any, expression: str) -> int:
+    """How many chunks match an FTS5 expression (one quoted term gives its document frequency)."""
+    rows = await fetchall(
+        conn, "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (expression,)
+    )
+    return int(rows[0][0])
+
+
+async def chunk_total(conn: Any) -> int:
+    """The number of chunks."""
+    rows = await fetchall(conn, "SELECT count(*) FROM chunks")
+    return int(rows[0][0])
+
+
+async def chunks_by_id(conn: Any, ids: Sequence[int]) -> dict[int, Chunk]:
+    """Chunks with their source, by id; missing ids are left out."""
+    if not ids:
+        return {}
+    rows = await fetchall(
+        conn,
+        f"SELECT {_CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
+        "WHERE c.id IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(ids)),),
+    )
+    return {int(r[0]): _row_to_chunk(r) for r in rows}
+
+
+async def vectors_by_id(conn: Any, ids: Sequence[int], dimension: int) -> dict[
+        int, npt.NDArray[np.float32]]:
+    """Stored vectors by chunk id."""
+    if not ids:
+        return {}
+    rows = await fetchall(
+        conn,
+        "SELECT chunk_id, embedding FROM chunks_vec WHERE chunk_id IN "
+        "(SELECT value FROM json_each(?))",
+        (json.dumps(list(ids)),),
+    )
+    return {int(r[0]): np.frombuffer(r[1], dtype=np.float32, count=dimension) for r in rows}
+
+
+async def neighbours(conn: Any, document_id: int, position: int, window: int) -> list[Chunk]:
+    """The chunks within `window` positions of `position` in a document, in order."""
+    rows = await fetchall(
+        conn,
+        f"SELECT {_CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
+        "WHERE c.document_id = ? AND c.position BETWEEN ? AND ? ORDER BY c.position",
+        (document_id, position - window, position + window),
+    )
+    return [_row_to_chunk(r) for r in rows]
+
+
+async def document_by_source(conn: Any, source: str) -> Document | None:
+    """The document stored for `source`, if any."""
+    rows = await fetchall(
+        conn, f"SELECT {_DOCUMENT_COLUMNS} FROM documents WHERE source = ?", (source,)
+    )
+    return _row_to_document(rows[0]) if rows else None
+
+
+async def chunk_keys(conn: Any, document_id: int) -> dict[str, str]:
+    """`{key: content_hash}` of a document's stored chunks, to skip re-embedding unchanged ones."""
+    rows = await fetchall(
+        conn, "SELECT key, content_hash FROM chunks WHERE document_id = ?", (document_id,)
+    )
+    return {str(r[0]): str(r[1]) for r in rows}
+
+
+async def documents(conn: Any, prefix: str = "", limit: int = 1000) -> list[Document]:
+    """Documents whose source starts with `prefix`, in source order."""
+    rows = await fetchall(
+        conn,
+        f"SELECT {_DOCUMENT_COLUMNS} FROM documents WHERE source >= ? AND source < ? "
+        "ORDER BY source LIMIT ?",
+        (prefix, prefix + "\U0010ffff", limit),
+    )
+    return [_row_to_document(r) for r in rows]
+
+
+async def counts(conn: Any) -> dict[str, int]:
+    """Row counts for `status`."""
+    rows = await fetchall(
+        conn,
+        "SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM chunks), "
+        "(SELECT count(*) FROM documents WHERE state = 'partial'), (SELECT count(*) FROM errors), "
+        "(SELECT count(*) FROM links)",
+    )
+    documents_, chunks, partial, errors, links = (int(v) for v in rows[0])
+    return {"documents": documents_, "chunks": chunks, "partial_documents": partial,
+            "errors": errors, "links": links}
+
+
+async def errors(conn: Any, limit: int = 100) -> list[dict[str, Any]]:
+    """The most recent ingest errors."""
+    rows = await fetchall(
+        conn,
+        "SELECT id, source, error_type, message, at FROM errors ORDER BY id DESC LIMIT ?",
+        (limit,),
+    )
+    return [{"id": r[0], "source": r[1], "type": r[2], "message": r[3], "at": r[4]} for r in rows]

@@ -1,0 +1,157 @@
+"""The store: one SQLite file, one writer connection, a pool of reader connections.
+
+`Store.open` migrates the file, checks that it was embedded by the model in use, and opens the
+connections through aiosqlite (each with its own thread, so SQLite never blocks the event
+loop). Writes are serialised by one lock around the writer connection and each runs in a
+single `BEGIN IMMEDIATE` transaction (datasette's write model); reads take a connection from
+the pool and never wait for the writer (WAL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import aiosqlite
+
+from recalld.errors import ModelMismatchError, QueryError, StoreError
+from recalld.storage import schema
+from recalld.storage.connection import DatabaseError, OperationalError, connect
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def _prepare(path: Path, model_id: str, dimension: int) -> None:
+    """Migrate the file and stamp or check the embedding model (blocking; run in a thread)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = connect(path)
+    try:
+        schema.migrate(conn)
+        stored = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+        if "model_id" not in stored:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO meta (key, value) VALUES ('model_id', ?)", (model_id,))
+            conn.execute("INSERT INTO meta (key, value) VALUES ('dimension', ?)", (str(dimension),))
+            schema.create_vector_table(conn, dimension)
+            conn.execute("COMMIT")
+        elif stored["model_id"] != model_id or int(stored["dimension"]) != dimension:
+            raise ModelMismatchError(
+                f"{path} was embedded with {stored['model_id']} ({stored['dimension']} dims) "
+                f"but recalld is configured for {model_id} ({dimension} dims); set "
+                f"embed.model back, or re-embed the store with `recalld reindex`",
+                data={"stored_model": stored["model_id"], "stored_dimension":
+                      int(stored["dimension"]), "model": model_id, "dimension": dimension},
+            )
+    except DatabaseError as exc:
+        raise StoreError(f"cannot open store {path}: {exc}") from exc
+    finally:
+        conn.close()
+
+
+async def _open_connection(path: Path, *, readonly: bool) -> aiosqlite.Connection:
+    # aiosqlite's own connect() would use the stdlib module, which may not load extensions.
+    conn = aiosqlite.Connection(lambda: connect(path, readonly=readonly), 64)
+    return await conn
+
+
+class Store:
+    """The async store. Open with `await Store.open(...)`; close with `await store.close()`.
+
+    Attributes:
+        path: The SQLite file.
+        model_id: The embedding model the store's vectors come from.
+        dimension: Their length.
+    """
+
+    def __init__(self, path: Path, model_id: str, dimension: int, writer: aiosqlite.Connection,
+                 readers: list[aiosqlite.Connection], query_timeout_ms: int) -> None:
+        self.path = path
+        self.model_id = model_id
+        self.dimension = dimension
+        self._writer = writer
+        self._write_lock = asyncio.Lock()
+        self._readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
+        self._all_readers = readers
+        for reader in readers:
+            self._readers.put_nowait(reader)
+        self._timeout = query_timeout_ms / 1000
+        self._deadlines: dict[int, float] = {}
+        # Bumped on every commit, so readers' caches (IDF) know when to refresh.
+        self.generation = 0
+
+    @classmethod
+    async def open(cls, path: Path, *, model_id: str, dimension: int, readers: int = 4,
+                   query_timeout_ms: int = 5000) -> Store:
+        """Open (creating or migrating) the store at `path`.
+
+        Raises:
+            SchemaTooNewError: The file comes from a newer recalld.
+            ModelMismatchError: The file was embedded with another model.
+            StoreError: The file cannot be opened as a store.
+        """
+        await asyncio.to_thread(_prepare, path, model_id, dimension)
+        writer = await _open_connection(path, readonly=False)
+        pool = [await _open_connection(path, readonly=True) for _ in range(max(1, readers))]
+        store = cls(path, model_id, dimension, writer, pool, query_timeout_ms)
+        for reader in pool:
+            await reader.set_progress_handler(store._make_timeout(id(reader)), 1000)
+        logger.info("opened store %s (model %s, %d readers)", path, model_id, len(pool))
+        return store
+
+    def _make_timeout(self, key: int) -> Callable[[], int]:
+        # datasette's sqlite_timelimit: SQLite calls this every N VM steps; non-zero aborts.
+        def check() -> int:
+            deadline = self._deadlines.get(key)
+            return 1 if deadline is not None and time.monotonic() > deadline else 0
+
+        return check
+
+    async def close(self) -> None:
+        """Close every connection (waiting for a running write to finish)."""
+        async with self._write_lock:
+            await self._writer.close()
+        for reader in self._all_readers:
+            await reader.close()
+
+    @contextlib.asynccontextmanager
+    async def reading(self) -> AsyncIterator[Any]:
+        """Borrow a reader connection, with the query time limit armed."""
+        conn = await self._readers.get()
+        self._deadlines[id(conn)] = time.monotonic() + self._timeout
+        try:
+            yield conn
+        except OperationalError as exc:
+            if "interrupted" in str(exc):
+                raise QueryError(
+                    f"query took longer than {self._timeout:g} s and was stopped; narrow it "
+                    "or raise store.query_timeout_ms"
+                ) from exc
+            raise
+        finally:
+            self._deadlines.pop(id(conn), None)
+            self._readers.put_nowait(conn)
+
+    async def read(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+        """Run `fn(conn)` on a reader connection."""
+        async with self.reading() as conn:
+            return await fn(conn)
+
+    async def write(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+        """Run `fn(conn)` on the writer connection inside one `BEGIN IMMEDIATE` transaction."""
+        async with self._write_lock:
+            await self._writer.execute("BEGIN IMMEDIATE")
+            try:
+                result = await fn(self._writer)
+            except BaseException:
+                await self._writer.execute("ROLLBACK")
+                raise
+            await self._writer.execute("COMMIT")
+            self.generation += 1
+            return result

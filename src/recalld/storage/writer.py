@@ -1,0 +1,192 @@
+"""Every write to the store, run by the single writer connection inside one transaction.
+
+Documents are replaced atomically: the old chunks that changed go, the new ones arrive with
+their vectors, and the document turns `complete`, all in one `BEGIN IMMEDIATE` transaction, so
+a search never sees half a document. Chunks whose key and content hash are unchanged keep their
+row, vector and counters, which is how a grown conversation log only adds its new rounds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from recalld.types import ChunkDraft
+
+
+def chunk_hash(draft: ChunkDraft) -> str:
+    """The content hash that decides whether a stored chunk can be kept as it is."""
+    payload = json.dumps(
+        [draft.text, draft.kind, draft.granularity, draft.parent_key, draft.event_time,
+         draft.meta, list(draft.tags), draft.memory_type, draft.importance],
+        sort_keys=True, ensure_ascii=False, default=str,
+    )
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class NewDocument:
+    """The document row of a replacement."""
+
+    source: str
+    kind: str
+    format: str
+    content_hash: str
+    mtime: float | None = None
+    size: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewChunk:
+    """One chunk of a replacement: its draft, token count and vector (None: keep the stored one)."""
+
+    draft: ChunkDraft
+    token_count: int
+    vector: npt.NDArray[np.float32] | None
+
+
+async def _fetchall(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    async with conn.execute(sql, params) as cursor:
+        return list(await cursor.fetchall())
+
+
+async def replace_document(conn: Any, doc: NewDocument, chunks: Sequence[NewChunk]) -> int:
+    """Replace a document and its chunks in the caller's transaction.
+
+    Returns:
+        The document id.
+    """
+    now = time.time()
+    rows = await _fetchall(conn, "SELECT id FROM documents WHERE source = ?", (doc.source,))
+    if rows:
+        doc_id = int(rows[0][0])
+        await conn.execute(
+            "UPDATE documents SET kind = ?, format = ?, content_hash = ?, state = 'partial', "
+            "mtime = ?, size = ?, updated_at = ? WHERE id = ?",
+            (doc.kind, doc.format, doc.content_hash, doc.mtime, doc.size, now, doc_id),
+        )
+    else:
+        cursor = await conn.execute(
+            "INSERT INTO documents (source, kind, format, content_hash, state, mtime, size, "
+            "created_at, updated_at) VALUES (?, ?, ?, ?, 'partial', ?, ?, ?, ?)",
+            (doc.source, doc.kind, doc.format, doc.content_hash, doc.mtime, doc.size, now, now),
+        )
+        doc_id = int(cursor.lastrowid)
+
+    existing = {
+        (row[1], row[2]): int(row[0])
+        for row in await _fetchall(
+            conn, "SELECT id, key, content_hash FROM chunks WHERE document_id = ?", (doc_id,)
+        )
+    }
+    hashes = [chunk_hash(c.draft) for c in chunks]
+    keep = {(c.draft.key, h) for c, h in zip(chunks, hashes, strict=True) if c.vector is None}
+    stale = [cid for key_hash, cid in existing.items() if key_hash not in keep]
+    await delete_chunks(conn, stale)
+
+    ids_by_key: dict[str, int] = {}
+    parents: list[tuple[int, str]] = []
+    for position, (chunk, digest) in enumerate(zip(chunks, hashes, strict=True)):
+        draft = chunk.draft
+        if chunk.vector is None:
+            chunk_id = existing[(draft.key, digest)]
+            await conn.execute(
+                "UPDATE chunks SET position = ?, parent_id = NULL WHERE id = ?",
+                (position, chunk_id),
+            )
+        else:
+            cursor = await conn.execute(
+                "INSERT INTO chunks (document_id, position, kind, granularity, key, text, "
+                "content_hash, token_count, tags, memory_type, importance, event_time, "
+                "created_at, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (doc_id, position, draft.kind, draft.granularity, draft.key, draft.text, digest,
+                 chunk.token_count, json.dumps(list(draft.tags)), draft.memory_type,
+                 draft.importance, draft.event_time, now,
+                 json.dumps(draft.meta, ensure_ascii=False, default=str)),
+            )
+            chunk_id = int(cursor.lastrowid)
+            await conn.execute(
+                "INSERT INTO chunks_vec (chunk_id, embedding, kind, granularity) "
+                "VALUES (?, ?, ?, ?)",
+                (chunk_id, np.ascontiguousarray(chunk.vector, dtype=np.float32).tobytes(),
+                 draft.kind, draft.granularity),
+            )
+        ids_by_key[draft.key] = chunk_id
+        if draft.parent_key is not None:
+            parents.append((chunk_id, draft.parent_key))
+    # Parents may come after their children in the list, so link them in a second pass.
+    await conn.executemany(
+        "UPDATE chunks SET parent_id = ? WHERE id = ?",
+        [(ids_by_key[p], cid) for cid, p in parents if p in ids_by_key],
+    )
+    await conn.execute(
+        "UPDATE documents SET state = 'complete', chunk_count = ?, updated_at = ? WHERE id = ?",
+        (len(chunks), now, doc_id),
+    )
+    return doc_id
+
+
+async def delete_chunks(conn: Any, chunk_ids: Iterable[int]) -> None:
+    """Delete chunks with their vectors; FTS rows go with them by trigger, links by cascade."""
+    params = [(cid,) for cid in chunk_ids]
+    if not params:
+        return
+    # vec0 tables take no part in foreign keys, so their rows are removed explicitly.
+    await conn.executemany("DELETE FROM chunks_vec WHERE chunk_id = ?", params)
+    await conn.executemany("DELETE FROM chunks WHERE id = ?", params)
+
+
+async def delete_document(conn: Any, source: str) -> bool:
+    """Delete a document and everything that hangs off it. Returns whether it existed."""
+    rows = await _fetchall(conn, "SELECT id FROM documents WHERE source = ?", (source,))
+    if not rows:
+        return False
+    doc_id = int(rows[0][0])
+    chunk_ids = [int(r[0]) for r in await _fetchall(
+        conn, "SELECT id FROM chunks WHERE document_id = ?", (doc_id,))]
+    await delete_chunks(conn, chunk_ids)
+    await conn.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
+    return True
+
+
+async def move_document(conn: Any, old: str, new: str) -> bool:
+    """Rename a document's source, replacing any document already at `new`."""
+    rows = await _fetchall(conn, "SELECT id FROM documents WHERE source = ?", (old,))
+    if not rows:
+        return False
+    await delete_document(conn, new)
+    await conn.execute(
+        "UPDATE documents SET source = ?, updated_at = ? WHERE id = ?",
+        (new, time.time(), int(rows[0][0])),
+    )
+    return True
+
+
+async def record_error(conn: Any, source: str, error_type: str, message: str) -> None:
+    """Record why a source could not be ingested."""
+    await conn.execute(
+        "INSERT INTO errors (source, error_type, message, at) VALUES (?, ?, ?, ?)",
+        (source, error_type, message, time.time()),
+    )
+
+
+async def clear_errors(conn: Any, source: str) -> None:
+    """Forget the errors of a source that has now been ingested."""
+    await conn.execute("DELETE FROM errors WHERE source = ?", (source,))
+
+
+async def count_use(conn: Any, chunk_ids: Sequence[int], *, retrieval: bool) -> None:
+    """Count retrievals (returned by search) or accesses (read explicitly) apart, as MemX does."""
+    column = "retrieval" if retrieval else "access"
+    last = "last_retrieved_at" if retrieval else "last_accessed_at"
+    await conn.executemany(
+        f"UPDATE chunks SET {column}_count = {column}_count + 1, {last} = ? WHERE id = ?",
+        [(time.time(), cid) for cid in chunk_ids],
+    )

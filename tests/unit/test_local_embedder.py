@@ -1,0 +1,219 @@
+"""LocalEmbedder against a numpy re-implementation of the same BERT forward pass."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+from tokenizers import Tokenizer
+
+from recalld.embeddings.local import DIMENSION, LocalEmbedder, default_model_dir
+from recalld.errors import EmbeddingError
+
+pytestmark = pytest.mark.model
+
+SENTENCES = [
+    "How do I reset my password?",
+    "Steps to recover a forgotten login credential",
+    "The cat sat on the mat",
+    "SQLite stores the whole database in a single file on disk.",
+    "Quarterly revenue grew by 12% while operating costs fell.",
+    "def fibonacci(n): return n if n < 2 else fibonacci(n - 1) + fibonacci(n - 2)",
+    "A",
+    "Long-term memory for assistants: remember what the user said last week. " * 30,
+]
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.vectorize(math.erf, otypes=[np.float64])(x)
+
+
+def _layer_norm(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> np.ndarray:
+    mean = x.mean(-1, keepdims=True)
+    var = ((x - mean) ** 2).mean(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + eps) * w + b
+
+
+@functools.cache
+def _reference_model(model_dir: Path) -> tuple[dict, dict[str, np.ndarray], Tokenizer]:
+    config = json.loads((model_dir / "config.json").read_text())
+    weights = load_file(str(model_dir / "model.safetensors"))
+    tok = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tok.enable_truncation(256)
+    tok.no_padding()
+    return config, {k: v.astype(np.float64) for k, v in weights.items()}, tok
+
+
+def reference_embed(text: str, model_dir: Path) -> np.ndarray:
+    """all-MiniLM-L6-v2 in float64 numpy, one text at a time (no padding), from safetensors."""
+    config, w, tok = _reference_model(model_dir)
+    ids = np.array(tok.encode(text).ids)
+    eps, heads = config["layer_norm_eps"], config["num_attention_heads"]
+    seq, hidden = len(ids), config["hidden_size"]
+    head_dim = hidden // heads
+
+    def linear(x: np.ndarray, name: str) -> np.ndarray:
+        return x @ w[f"{name}.weight"].T + w[f"{name}.bias"]
+
+    x = (
+        w["embeddings.word_embeddings.weight"][ids]
+        + w["embeddings.position_embeddings.weight"][:seq]
+        + w["embeddings.token_type_embeddings.weight"][0]
+    )
+    x = _layer_norm(x, w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], eps)
+    for i in range(config["num_hidden_layers"]):
+        p = f"encoder.layer.{i}"
+
+        def split(t: np.ndarray) -> np.ndarray:
+            return t.reshape(seq, heads, head_dim).transpose(1, 0, 2)
+
+        q = split(linear(x, f"{p}.attention.self.query"))
+        k = split(linear(x, f"{p}.attention.self.key"))
+        v = split(linear(x, f"{p}.attention.self.value"))
+        scores = q @ k.transpose(0, 2, 1) / math.sqrt(head_dim)
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        ctx = (probs @ v).transpose(1, 0, 2).reshape(seq, hidden)
+        a = linear(ctx, f"{p}.attention.output.dense")
+        x = _layer_norm(
+            a + x,
+            w[f"{p}.attention.output.LayerNorm.weight"],
+            w[f"{p}.attention.output.LayerNorm.bias"],
+            eps,
+        )
+        h = linear(x, f"{p}.intermediate.dense")
+        h = 0.5 * h * (1.0 + _erf(h / math.sqrt(2.0)))
+        h = linear(h, f"{p}.output.dense")
+        x = _layer_norm(
+            h + x, w[f"{p}.output.LayerNorm.weight"], w[f"{p}.output.LayerNorm.bias"], eps
+        )
+    pooled = x.mean(0)
+    return pooled / np.linalg.norm(pooled)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("models")
+
+
+@pytest.fixture(scope="module")
+def fp32(cache_dir: Path) -> LocalEmbedder:
+    embedder = LocalEmbedder(quantize=False, cache_dir=cache_dir)
+    embedder.load()
+    return embedder
+
+
+@pytest.fixture(scope="module")
+def int8(cache_dir: Path) -> LocalEmbedder:
+    embedder = LocalEmbedder(cache_dir=cache_dir)
+    embedder.load()
+    return embedder
+
+
+def test_model_ids_name_the_variant(fp32: LocalEmbedder, int8: LocalEmbedder) -> None:
+    assert fp32.model_id == "minilm-l6-v2/onnx-fp32-v1"
+    assert int8.model_id == "minilm-l6-v2/onnx-int8pc-v1"
+    assert fp32.graph_path != int8.graph_path
+    assert int8.dimension == DIMENSION == 384
+    assert int8.max_tokens == 256
+
+
+def test_fp32_graph_matches_numpy_reference(fp32: LocalEmbedder) -> None:
+    got = fp32.embed(SENTENCES)
+    model_dir = default_model_dir()
+    for text, vector in zip(SENTENCES, got, strict=True):
+        cosine = float(vector @ reference_embed(text, model_dir))
+        assert cosine > 0.9999, (text, cosine)
+
+
+def test_int8_per_channel_stays_close_to_fp32(fp32: LocalEmbedder, int8: LocalEmbedder) -> None:
+    cosines = np.sum(fp32.embed(SENTENCES) * int8.embed(SENTENCES), axis=1)
+    assert float(cosines.mean()) > 0.99, cosines
+    assert float(cosines.min()) > 0.97, cosines
+
+
+@pytest.mark.parametrize("variant", ["fp32", "int8"])
+def test_paraphrase_is_closer_than_unrelated(variant: str, request: pytest.FixtureRequest) -> None:
+    embedder: LocalEmbedder = request.getfixturevalue(variant)
+    query, paraphrase, unrelated = embedder.embed(SENTENCES[:3])
+    assert query @ paraphrase > query @ unrelated + 0.2
+
+
+def test_output_shape_dtype_norm_and_order(int8: LocalEmbedder) -> None:
+    empty = int8.embed([])
+    assert empty.shape == (0, 384)
+    assert empty.dtype == np.float32
+    # Batches are sorted by length internally; results must come back in input order.
+    batch = int8.embed(SENTENCES)
+    assert batch.dtype == np.float32
+    assert batch.shape == (len(SENTENCES), 384)
+    np.testing.assert_allclose(np.linalg.norm(batch, axis=1), 1.0, atol=1e-5)
+    for i in (0, 3, 7):
+        np.testing.assert_allclose(int8.embed([SENTENCES[i]])[0], batch[i], atol=2e-3)
+
+
+def test_batching_matches_single_text_runs(fp32: LocalEmbedder, cache_dir: Path) -> None:
+    small_batches = LocalEmbedder(quantize=False, cache_dir=cache_dir, batch_size=3)
+    np.testing.assert_allclose(small_batches.embed(SENTENCES), fp32.embed(SENTENCES), atol=1e-5)
+
+
+def test_long_texts_are_truncated_not_rejected(int8: LocalEmbedder) -> None:
+    long = "memory " * 2000
+    assert int8.count_tokens(long) == 2000
+    assert int8.embed([long]).shape == (1, 384)
+    # Everything past 256 tokens is cut, so the tail does not change the vector.
+    np.testing.assert_allclose(
+        int8.embed([long])[0], int8.embed([long + " zebra " * 50])[0], atol=1e-6
+    )
+
+
+def test_count_tokens_excludes_specials(int8: LocalEmbedder) -> None:
+    assert int8.count_tokens("") == 0
+    assert int8.count_tokens("hello world") == 2
+    assert int8.count_tokens("The cat sat on the mat") == 6
+
+
+def test_second_construction_reuses_the_cache(int8: LocalEmbedder, cache_dir: Path) -> None:
+    path = int8.graph_path
+    assert path.parent == cache_dir
+    assert path.name == "minilm-l6-v2--onnx-int8pc-v1.onnx"
+    before = path.stat().st_mtime_ns
+    again = LocalEmbedder(cache_dir=cache_dir)
+    again.load()
+    assert path.stat().st_mtime_ns == before
+    np.testing.assert_array_equal(again.embed(SENTENCES[:2]), int8.embed(SENTENCES[:2]))
+    # No temp files left behind by the atomic write.
+    assert sorted(p.name for p in cache_dir.iterdir()) == [
+        "minilm-l6-v2--onnx-fp32-v1.onnx",
+        "minilm-l6-v2--onnx-int8pc-v1.onnx",
+    ]
+
+
+def test_unreadable_cache_file_is_rebuilt(tmp_path: Path) -> None:
+    embedder = LocalEmbedder(quantize=False, cache_dir=tmp_path)
+    embedder.graph_path.write_bytes(b"not an onnx model")
+    embedder.load()
+    assert embedder.graph_path.stat().st_size > 1_000_000
+    assert embedder.embed(["hello"]).shape == (1, 384)
+
+
+def test_tampered_weights_are_refused(tmp_path: Path) -> None:
+    model_dir = tmp_path / "model"
+    shutil.copytree(default_model_dir(), model_dir, ignore=shutil.ignore_patterns(".cache"))
+    weights = model_dir / "model.safetensors"
+    with weights.open("r+b") as f:
+        f.seek(os.path.getsize(weights) // 2)
+        byte = f.read(1)
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    embedder = LocalEmbedder(quantize=False, cache_dir=tmp_path / "cache", model_dir=model_dir)
+    with pytest.raises(EmbeddingError, match="sha256"):
+        embedder.embed(["hello"])
+    assert not embedder.graph_path.exists()
