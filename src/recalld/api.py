@@ -24,7 +24,7 @@ from recalld.retrieval import gate
 from recalld.retrieval.search import Searcher
 from recalld.storage import readers, writer
 from recalld.storage.store import Store
-from recalld.types import Chunk, Filters, SearchResult
+from recalld.types import NO_FILTERS, Chunk, Filters, SearchResult
 
 T = TypeVar("T")
 
@@ -42,15 +42,22 @@ async def calibrate(embedder: Embedder) -> gate.Calibration:
 class AsyncMemory:
     """A recalld store opened in this process: ingest, remember, search, get, forget."""
 
-    def __init__(self, settings: Settings, store: Store, embedder: Embedder,
-                 calibration: gate.Calibration) -> None:
+    def __init__(
+        self, settings: Settings, store: Store, embedder: Embedder, calibration: gate.Calibration
+    ) -> None:
         self.settings = settings
         self.store = store
         self.embedder = embedder
-        self.ingestor = Ingestor(store, embedder, settings.chunk,
-                                 settings.daemon.max_file_mb * 2**20, settings.embed.batch_size)
-        self.searcher = Searcher(store, embedder, settings.search, calibration,
-                                 settings.embed.query_cache)
+        self.ingestor = Ingestor(
+            store,
+            embedder,
+            settings.chunk,
+            settings.daemon.max_file_mb * 2**20,
+            settings.embed.batch_size,
+        )
+        self.searcher = Searcher(
+            store, embedder, settings.search, calibration, settings.embed.query_cache
+        )
         self._background: set[asyncio.Task[None]] = set()
 
     @classmethod
@@ -67,11 +74,16 @@ class AsyncMemory:
             SchemaTooNewError: The store comes from a newer recalld.
         """
         if embedder is None:
-            embedder = await asyncio.to_thread(load_embedder, settings.embed.model,
-                                               settings.model_cache_dir)
-        store = await Store.open(settings.store_path, model_id=embedder.model_id,
-                                 dimension=embedder.dimension, readers=settings.store.readers,
-                                 query_timeout_ms=settings.store.query_timeout_ms)
+            embedder = await asyncio.to_thread(
+                load_embedder, settings.embed.model, settings.model_cache_dir
+            )
+        store = await Store.open(
+            settings.store_path,
+            model_id=embedder.model_id,
+            dimension=embedder.dimension,
+            readers=settings.store.readers,
+            query_timeout_ms=settings.store.query_timeout_ms,
+        )
         return cls(settings, store, embedder, await calibrate(embedder))
 
     async def __aenter__(self) -> AsyncMemory:
@@ -88,15 +100,28 @@ class AsyncMemory:
         """Ingest text as a document under `source`; `name`'s extension picks the format."""
         return await self.ingestor.ingest_bytes(source, name, text.encode("utf-8"))
 
-    async def remember(self, text: str, *, memory_type: str = "semantic",
-                       tags: Sequence[str] = (), importance: float = 0.5,
-                       event_time: float | None = None) -> IngestReport:
+    async def remember(
+        self,
+        text: str,
+        *,
+        memory_type: str = "semantic",
+        tags: Sequence[str] = (),
+        importance: float = 0.5,
+        event_time: float | None = None,
+    ) -> IngestReport:
         """Store a memory written directly."""
-        return await self.ingestor.remember(text, memory_type=memory_type, tags=tags,
-                                            importance=importance, event_time=event_time)
+        return await self.ingestor.remember(
+            text, memory_type=memory_type, tags=tags, importance=importance, event_time=event_time
+        )
 
-    async def search(self, query: str, *, limit: int | None = None,
-                     filters: Filters = Filters(), **overrides: Any) -> SearchResult:
+    async def search(
+        self,
+        query: str,
+        *,
+        limit: int | None = None,
+        filters: Filters = NO_FILTERS,
+        **overrides: Any,
+    ) -> SearchResult:
         """Hybrid search; see `Searcher.search`. Returned chunks count as retrieved."""
         result = await self.searcher.search(query, limit=limit, filters=filters, **overrides)
         if result.hits:
@@ -153,8 +178,9 @@ class Memory:
 
     def __init__(self, settings: Settings, *, embedder: Embedder | None = None) -> None:
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True,
-                                        name="recalld-memory")
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, daemon=True, name="recalld-memory"
+        )
         self._thread.start()
         try:
             self._memory = self._run(AsyncMemory.open(settings, embedder=embedder))
@@ -173,8 +199,12 @@ class Memory:
     def __enter__(self) -> Memory:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.close()
 
     def add_file(self, path: Path) -> IngestReport:

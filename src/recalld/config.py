@@ -58,8 +58,11 @@ class SearchSettings:
     fusion: str = "adaptive"  # adaptive | rrf | score
     rrf_k: int = 60
     vector_weight: float = 0.6  # fixed-weight RRF only
-    idf_midpoint: float = 0.0  # 0: calibrated from the store's own IDF distribution
-    idf_slope: float = 1.5
+    # Per-query weights: keyword weight = sigmoid(slope * (signal - midpoint)), where the signal
+    # is the IDF-weighted share of query terms the best keyword hit contains ("adaptive") or
+    # the mean relative IDF of the query's terms ("idf", vstash).
+    adaptive_midpoint: float = 0.5
+    adaptive_slope: float = 10.0
     gate: bool = True
     tau: float = 0.0  # 0: the model's calibrated value
     mmr: bool = True
@@ -97,26 +100,26 @@ class Settings:
     @property
     def store_path(self) -> Path:
         """The SQLite file."""
-        return Path(self.store.path) if self.store.path else Path(self.data_dir) / "recalld.db"
+        return Path(self.store.path or Path(self.data_dir) / "recalld.db").expanduser()
 
     @property
     def model_cache_dir(self) -> Path:
         """Where built model graphs are cached."""
-        return Path(self.cache_dir) / "models"
+        return Path(self.cache_dir).expanduser() / "models"
 
     @property
     def socket_path(self) -> Path:
         """The daemon's Unix socket."""
         if self.daemon.socket:
-            return Path(self.daemon.socket)
-        return Path(self.runtime_dir) / "recalld.sock"
+            return Path(self.daemon.socket).expanduser()
+        return Path(self.runtime_dir).expanduser() / "recalld.sock"
 
     @property
     def drop_folder(self) -> Path:
         """Files copied here are ingested."""
         if self.daemon.drop_folder:
-            return Path(self.daemon.drop_folder)
-        return Path(self.data_dir) / "drop"
+            return Path(self.daemon.drop_folder).expanduser()
+        return Path(self.data_dir).expanduser() / "drop"
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,9 @@ def _default_dirs(env: Mapping[str, str]) -> dict[str, str]:
         }
     data = Path(env.get("XDG_DATA_HOME") or home / ".local" / "share") / "recalld"
     cache = Path(env.get("XDG_CACHE_HOME") or home / ".cache") / "recalld"
-    runtime = Path(env["XDG_RUNTIME_DIR"]) / "recalld" if env.get("XDG_RUNTIME_DIR") else cache / "run"
+    runtime = (
+        Path(env["XDG_RUNTIME_DIR"]) / "recalld" if env.get("XDG_RUNTIME_DIR") else cache / "run"
+    )
     return {"data_dir": str(data), "cache_dir": str(cache), "runtime_dir": str(runtime)}
 
 
@@ -179,15 +184,23 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
     raise ConfigError(f"setting {key!r} has an unsupported type {annotation}")
 
 
-def _build(cls: type[Any], layers: Sequence[tuple[str, Mapping[str, Any]]], prefix: str,
-           sources: dict[str, str]) -> Any:
+def _build(
+    cls: type[Any],
+    layers: Sequence[tuple[str, Mapping[str, Any]]],
+    prefix: str,
+    sources: dict[str, str],
+) -> Any:
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         key = f"{prefix}{f.name}"
         annotation = hints[f.name]
         if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
-            sub = [(src, layer[f.name]) for src, layer in layers if isinstance(layer.get(f.name), Mapping)]
+            sub = [
+                (src, layer[f.name])
+                for src, layer in layers
+                if isinstance(layer.get(f.name), Mapping)
+            ]
             kwargs[f.name] = _build(annotation, sub, f"{key}.", sources)
             continue
         sources[key] = "default"
@@ -216,8 +229,9 @@ def _nest(pairs: Mapping[str, str], sep: str) -> dict[str, Any]:
     return nested
 
 
-def load_settings(path: Path | None, env: Mapping[str, str],
-                  overrides: Mapping[str, str] | None = None) -> LoadedSettings:
+def load_settings(
+    path: Path | None, env: Mapping[str, str], overrides: Mapping[str, str] | None = None
+) -> LoadedSettings:
     """Resolve every setting once.
 
     Args:
@@ -240,7 +254,8 @@ def load_settings(path: Path | None, env: Mapping[str, str],
             raise ConfigError(f"cannot read config file {config_path}: {exc}") from exc
     # RECALLD_HOME and friends pick directories above; every other RECALLD_* is a setting.
     env_pairs = {
-        k[len(ENV_PREFIX):]: v for k, v in env.items()
+        k[len(ENV_PREFIX) :]: v
+        for k, v in env.items()
         if k.startswith(ENV_PREFIX) and k != "RECALLD_HOME"
     }
     layers.append(("env", _nest(env_pairs, "__")))
@@ -264,4 +279,3 @@ def settings_as_dict(settings: Settings) -> dict[str, Any]:
 
     walk(settings, "")
     return flat
-

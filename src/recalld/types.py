@@ -76,6 +76,9 @@ class Filters:
         )
 
 
+NO_FILTERS = Filters()
+
+
 @dataclass(frozen=True, slots=True)
 class Chunk:
     """A stored chunk."""

@@ -65,19 +65,21 @@ class _Builder:
         self.initializers.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
         return name
 
-    def op(self, op_type: str, inputs: list[str], output: str | None = None, **attrs: Any) -> str:
+    def op(
+        self, op_type: str, inputs: list[str], output: str = "", name: str = "", **attrs: Any
+    ) -> str:
         self._count += 1
         out = output or f"{op_type.lower()}_{self._count}"
-        self.nodes.append(
-            helper.make_node(op_type, inputs, [out], name=f"{op_type}_{self._count}", **attrs)
-        )
+        name = name or f"{op_type}_{self._count}"
+        self.nodes.append(helper.make_node(op_type, inputs, [out], name=name, **attrs))
         return out
 
     def linear(self, x: str, name: str, weight: npt.NDArray[Any], bias: npt.NDArray[Any]) -> str:
         # torch stores Linear weights as [out, in]; MatMul wants [in, out]. A constant B is what
         # onnxruntime's dynamic quantiser looks for, and it scales each output column on its own.
         w = self.const(f"{name}.weight_t", weight.T.astype(np.float32))
-        return self.op("Add", [self.op("MatMul", [x, w]), self.const(f"{name}.bias", bias)])
+        product = self.op("MatMul", [x, w], name=f"{name}.matmul")
+        return self.op("Add", [product, self.const(f"{name}.bias", bias)])
 
     def layer_norm(self, x: str, name: str, weights: Weights, eps: float) -> str:
         scale = self.const(f"{name}.weight", weights[f"{name}.weight"])

@@ -12,6 +12,7 @@ import hashlib
 import logging
 import os
 import time
+from functools import partial
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,13 +82,21 @@ class Ingestor:
         batch_size: Texts per model call.
     """
 
-    def __init__(self, store: Store, embedder: Embedder, chunking: ChunkSettings,
-                 max_file_bytes: int = 64 * 2**20, batch_size: int = 32) -> None:
+    def __init__(
+        self,
+        store: Store,
+        embedder: Embedder,
+        chunking: ChunkSettings,
+        max_file_bytes: int = 64 * 2**20,
+        batch_size: int = 32,
+    ) -> None:
         self.store = store
         self.embedder = embedder
         self.options = ChunkOptions(
-            max_tokens=chunking.max_tokens, overlap_tokens=chunking.overlap_tokens,
-            count_tokens=embedder.count_tokens, facts=chunking.facts,
+            max_tokens=chunking.max_tokens,
+            overlap_tokens=chunking.overlap_tokens,
+            count_tokens=embedder.count_tokens,
+            facts=chunking.facts,
         )
         self.max_file_bytes = max_file_bytes
         self.batch_size = batch_size
@@ -99,24 +108,34 @@ class Ingestor:
             IngestError: The file cannot be read or parsed; the reason is also recorded in the
                 store's errors table.
         """
-        source = source or str(path.resolve())
+        source = source or os.path.abspath(path)
         try:
             data, mtime, size = await asyncio.to_thread(_read_file, path, self.max_file_bytes)
         except OSError as exc:
-            error = IngestError(f"cannot read {path}: {exc.strerror or exc}",
-                                data={"path": str(path), "reason": exc.strerror or str(exc)})
+            error = IngestError(
+                f"cannot read {path}: {exc.strerror or exc}",
+                data={"path": str(path), "reason": exc.strerror or str(exc)},
+            )
             await self._record_error(source, error)
             raise error from exc
         return await self.ingest_bytes(source, path.name, data, mtime=mtime, size=size)
 
-    async def ingest_bytes(self, source: str, name: str, data: bytes, *,
-                           mtime: float | None = None, size: int | None = None) -> IngestReport:
+    async def ingest_bytes(
+        self,
+        source: str,
+        name: str,
+        data: bytes,
+        *,
+        mtime: float | None = None,
+        size: int | None = None,
+    ) -> IngestReport:
         """Ingest content under `source`; `name` (with its extension) picks the format."""
         reports = await self.ingest_many([(source, name, data, mtime, size)])
         return reports[0]
 
-    async def ingest_many(self, items: Sequence[tuple[str, str, bytes, float | None, int | None]]
-                          ) -> list[IngestReport]:
+    async def ingest_many(
+        self, items: Sequence[tuple[str, str, bytes, float | None, int | None]]
+    ) -> list[IngestReport]:
         """Ingest several sources, sharing embedding batches between them.
 
         Raises:
@@ -127,7 +146,7 @@ class Ingestor:
         first_error: RecalldError | None = None
         for index, (source, name, data, mtime, size) in enumerate(items):
             digest = content_hash(data)
-            stored = await self.store.read(lambda c, s=source: readers.document_by_source(c, s))
+            stored = await self.store.read(partial(readers.document_by_source, source=source))
             if stored and stored.content_hash == digest and stored.state == "complete":
                 reports[index] = IngestReport(source, "unchanged", stored.id, stored.chunk_count)
                 continue
@@ -149,17 +168,16 @@ class Ingestor:
         # Which chunks are new? Unchanged ones keep their stored vectors.
         todo: list[tuple[int, int, ChunkDraft]] = []
         for d_index, doc in enumerate(docs):
-            stored = await self.store.read(
-                lambda c, s=doc.source: readers.document_by_source(c, s))
+            stored = await self.store.read(partial(readers.document_by_source, source=doc.source))
             known: dict[str, str] = {}
             if stored is not None:
-                known = await self.store.read(lambda c, i=stored.id: readers.chunk_keys(c, i))
+                known = await self.store.read(partial(readers.chunk_keys, document_id=stored.id))
             for c_index, draft in enumerate(doc.parsed.chunks):
                 if known.get(draft.key) != writer.chunk_hash(draft):
                     todo.append((d_index, c_index, draft))
         texts = [draft.text for _, _, draft in todo]
         vectors = await self.embed(texts)
-        counts = await asyncio.to_thread(lambda: [self.embedder.count_tokens(t) for t in texts])
+        counts = await asyncio.to_thread(self._count_tokens, texts)
         new = {(d, c): (vectors[i], counts[i]) for i, (d, c, _) in enumerate(todo)}
         reports = []
         for d_index, doc in enumerate(docs):
@@ -167,11 +185,18 @@ class Ingestor:
             for c_index, draft in enumerate(doc.parsed.chunks):
                 vector, count = new.get((d_index, c_index), (None, 0))
                 chunks.append(writer.NewChunk(draft, count, vector))
-            row = writer.NewDocument(doc.source, doc.parsed.kind, doc.parsed.format,
-                                     doc.content_hash, doc.mtime, doc.size)
+            row = writer.NewDocument(
+                doc.source,
+                doc.parsed.kind,
+                doc.parsed.format,
+                doc.content_hash,
+                doc.mtime,
+                doc.size,
+            )
 
-            async def write(conn: object, row: writer.NewDocument = row,
-                            chunks: list[writer.NewChunk] = chunks) -> int:
+            async def write(
+                conn: object, row: writer.NewDocument = row, chunks: list[writer.NewChunk] = chunks
+            ) -> int:
                 doc_id = await writer.replace_document(conn, row, chunks)
                 await writer.clear_errors(conn, row.source)
                 return doc_id
@@ -180,9 +205,18 @@ class Ingestor:
             embedded = sum(1 for c in chunks if c.vector is not None)
             status = "ingested" if chunks else "empty"
             logger.info("ingested %s: %d chunks (%d embedded)", doc.source, len(chunks), embedded)
-            reports.append((d_index, IngestReport(doc.source, status, doc_id, len(chunks),
-                                                  embedded, list(doc.parsed.notes))))
+            reports.append(
+                (
+                    d_index,
+                    IngestReport(
+                        doc.source, status, doc_id, len(chunks), embedded, list(doc.parsed.notes)
+                    ),
+                )
+            )
         return reports
+
+    def _count_tokens(self, texts: list[str]) -> list[int]:
+        return [self.embedder.count_tokens(t) for t in texts]
 
     async def embed(self, texts: Sequence[str]) -> np.ndarray:
         """Embed texts in batches, each in a worker thread."""
@@ -190,21 +224,32 @@ class Ingestor:
             return np.zeros((0, self.embedder.dimension), dtype=np.float32)
         parts = []
         for start in range(0, len(texts), self.batch_size):
-            batch = list(texts[start:start + self.batch_size])
+            batch = list(texts[start : start + self.batch_size])
             parts.append(await asyncio.to_thread(self.embedder.embed, batch))
         return np.concatenate(parts)
 
-    async def remember(self, text: str, *, memory_type: str = "semantic",
-                       tags: Sequence[str] = (), importance: float = 0.5,
-                       event_time: float | None = None) -> IngestReport:
+    async def remember(
+        self,
+        text: str,
+        *,
+        memory_type: str = "semantic",
+        tags: Sequence[str] = (),
+        importance: float = 0.5,
+        event_time: float | None = None,
+    ) -> IngestReport:
         """Store a memory written directly; the same text stored twice is one memory."""
         if not text.strip():
             raise IngestError("a memory needs some text")
         digest = content_hash(text.strip().encode())
         draft = ChunkDraft(
-            text=text.strip(), kind="memory", granularity="memory", key="memory",
+            text=text.strip(),
+            kind="memory",
+            granularity="memory",
+            key="memory",
             event_time=event_time if event_time is not None else time.time(),
-            tags=tuple(tags), memory_type=memory_type, importance=importance,
+            tags=tuple(tags),
+            memory_type=memory_type,
+            importance=importance,
         )
         source = f"{MEMORY_PREFIX}{digest[:16]}"
         parsed = ChunkedSource(kind="memory", format="memory", chunks=[draft], notes=[])
@@ -218,9 +263,5 @@ class Ingestor:
     async def _record_error(self, source: str, error: RecalldError) -> None:
         logger.warning("cannot ingest %s: %s", source, error.message)
         await self.store.write(
-            lambda c: writer.record_error(c, source, type(error).__name__, error.message))
-
-
-def path_source(path: Path) -> str:
-    """The source id of a file: its absolute path."""
-    return os.fspath(path.resolve())
+            lambda c: writer.record_error(c, source, type(error).__name__, error.message)
+        )

@@ -20,32 +20,36 @@ def dedup(ids: Sequence[int], texts: Mapping[int, str]) -> list[int]:
     return kept
 
 
-def mmr(ids: Sequence[int], scores: Mapping[int, float],
-        vectors: Mapping[int, npt.NDArray[np.float32]], lam: float, limit: int) -> list[int]:
+def mmr(
+    ids: Sequence[int],
+    scores: Mapping[int, float],
+    vectors: Mapping[int, npt.NDArray[np.float32]],
+    lam: float,
+    limit: int,
+) -> list[int]:
     """Select up to `limit` ids by MMR: `lam * rel - (1 - lam) * max_sim_to_selected`.
 
     Relevance is the min-max normalised score, so `lam` trades like with like. Items without
-    a vector are never penalised for redundancy.
+    a vector are never penalised for redundancy and penalise nothing. Ties go to the earlier id.
     """
     pool = list(ids)
     if not pool:
         return []
-    values = [scores[i] for i in pool]
-    low, high = min(values), max(values)
-    span = high - low or 1.0
-    rel = {i: (scores[i] - low) / span for i in pool}
+    values = np.array([scores[i] for i in pool], dtype=np.float64)
+    span = float(values.max() - values.min()) or 1.0
+    rel = (values - values.min()) / span
+    dim = next((len(v) for v in vectors.values()), 1)
+    has_vec = np.array([i in vectors for i in pool])
+    matrix = np.stack([vectors[i] if i in vectors else np.zeros(dim, np.float32) for i in pool])
+    max_sim = np.zeros(len(pool))
+    taken = np.zeros(len(pool), dtype=bool)
     selected: list[int] = []
-    while pool and len(selected) < limit:
-        best, best_value = pool[0], -np.inf
-        for item in pool:
-            redundancy = 0.0
-            vec = vectors.get(item)
-            if vec is not None and selected:
-                sims = [float(vec @ vectors[s]) for s in selected if s in vectors]
-                redundancy = max(sims, default=0.0)
-            value = lam * rel[item] - (1.0 - lam) * redundancy
-            if value > best_value:
-                best, best_value = item, value
-        selected.append(best)
-        pool.remove(best)
+    for _ in range(min(limit, len(pool))):
+        value = lam * rel - (1.0 - lam) * max_sim
+        value[taken] = -np.inf
+        best = int(np.argmax(value))
+        taken[best] = True
+        selected.append(pool[best])
+        if has_vec[best]:
+            max_sim = np.maximum(max_sim, np.where(has_vec, matrix @ matrix[best], 0.0))
     return selected

@@ -9,8 +9,9 @@ import math
 from collections.abc import Mapping, Sequence
 
 
-def rrf(rankings: Mapping[str, Sequence[int]], weights: Mapping[str, float],
-        k: int = 60) -> dict[int, float]:
+def rrf(
+    rankings: Mapping[str, Sequence[int]], weights: Mapping[str, float], k: int = 60
+) -> dict[int, float]:
     """Weighted reciprocal rank fusion: `sum_r w_r / (k + rank_r)`, ranks from 1.
 
     Args:
@@ -44,6 +45,20 @@ def relative_idf(doc_freqs: Sequence[int], total: int) -> float:
     return sum(bm25_idf(df, total) for df in found) / len(found) / ceiling
 
 
+def idf_coverage(doc_freqs: Sequence[int], matched: Sequence[bool], total: int) -> float:
+    """The IDF-weighted share of the query's terms that one chunk contains, in [0, 1].
+
+    This is how much of the query's information the best keyword hit explains: a paraphrase
+    that shares one common word with a passage scores low, an exact identifier scores 1.
+    Terms found nowhere count at the highest IDF, as the most specific words of the query.
+    """
+    weights = [bm25_idf(max(df, 1), total) for df in doc_freqs]
+    whole = sum(weights)
+    if whole <= 0:
+        return 0.0
+    return sum(w for w, hit in zip(weights, matched, strict=True) if hit) / whole
+
+
 def sigmoid(x: float) -> float:
     """The logistic function, safe for large |x|."""
     if x >= 0:
@@ -72,8 +87,12 @@ def min_max(scores: Mapping[int, float]) -> dict[int, float]:
     return {k: (v - low) / (high - low) for k, v in scores.items()}
 
 
-def score_fusion(vector: Mapping[int, float], keyword: Mapping[int, float], vector_weight: float,
-                 keyword_weight: float) -> dict[int, float]:
+def score_fusion(
+    vector: Mapping[int, float],
+    keyword: Mapping[int, float],
+    vector_weight: float,
+    keyword_weight: float,
+) -> dict[int, float]:
     """Convex combination of min-max normalised scores; a route that missed an item gives 0."""
     v, f = min_max(vector), min_max(keyword)
     return {

@@ -26,7 +26,7 @@ class Factors:
 
 def recency(age_days: float, half_life_days: float) -> float:
     """Exponential decay: 1 now, 0.5 after one half-life (MemX eq. 2)."""
-    return 0.5 ** (max(age_days, 0.0) / half_life_days)
+    return float(0.5 ** (max(age_days, 0.0) / half_life_days))
 
 
 def frequency(uses: int, cap: int = 100) -> float:
@@ -45,9 +45,15 @@ def zscore_sigmoid(scores: Sequence[float]) -> list[float]:
     return [sigmoid((s - mean) / spread) for s in scores]
 
 
-def rerank_scores(candidates: Sequence[Factors], *, half_life_days: float, recency_weight: float,
-                  frequency_weight: float, importance_weight: float,
-                  semantic_weight: float = 0.45) -> list[tuple[float, dict[str, float]]]:
+def rerank_scores(
+    candidates: Sequence[Factors],
+    *,
+    half_life_days: float,
+    recency_weight: float,
+    frequency_weight: float,
+    importance_weight: float,
+    semantic_weight: float = 0.45,
+) -> list[tuple[float, dict[str, float]]]:
     """Composite scores with each factor's contribution, for `explain`.
 
     The semantic input is first z-scored and squashed over the candidate set, so the weights

@@ -26,12 +26,12 @@ from recalld.retrieval import diversity, fusion, gate, rerank
 from recalld.storage import readers
 from recalld.storage.fts import match_expression, query_terms, quote_term
 from recalld.storage.store import Store
-from recalld.types import Chunk, Filters, Hit, SearchResult
+from recalld.types import NO_FILTERS, Chunk, Filters, Hit, SearchResult
 
 logger = logging.getLogger(__name__)
 
 MODES = ("hybrid", "vector", "bm25")
-FUSIONS = ("adaptive", "rrf", "score")
+FUSIONS = ("adaptive", "idf", "rrf", "score")
 
 
 class Searcher:
@@ -44,8 +44,14 @@ class Searcher:
         calibration: Gate thresholds for the model (see `gate.calibrate`).
     """
 
-    def __init__(self, store: Store, embedder: Embedder, settings: SearchSettings,
-                 calibration: gate.Calibration, query_cache: int = 1024) -> None:
+    def __init__(
+        self,
+        store: Store,
+        embedder: Embedder,
+        settings: SearchSettings,
+        calibration: gate.Calibration,
+        query_cache: int = 1024,
+    ) -> None:
         self.store = store
         self.embedder = embedder
         self.settings = settings
@@ -62,7 +68,7 @@ class Searcher:
         if cached is not None:
             self._query_cache.move_to_end(text)
             return cached
-        vector = (await asyncio.to_thread(self.embedder.embed, [text]))[0]
+        vector: npt.NDArray[np.float32] = (await asyncio.to_thread(self.embedder.embed, [text]))[0]
         self._query_cache[text] = vector
         if len(self._query_cache) > self._query_cache_size:
             self._query_cache.popitem(last=False)
@@ -79,11 +85,18 @@ class Searcher:
             async with self.store.reading() as conn:
                 for term in missing:
                     self._df_cache[term.lower()] = await readers.document_frequency(
-                        conn, quote_term(term))
+                        conn, quote_term(term)
+                    )
         return [self._df_cache[t.lower()] for t in terms], self._total
 
-    async def search(self, query: str, *, limit: int | None = None,
-                     filters: Filters = Filters(), **overrides: Any) -> SearchResult:
+    async def search(
+        self,
+        query: str,
+        *,
+        limit: int | None = None,
+        filters: Filters = NO_FILTERS,
+        **overrides: Any,
+    ) -> SearchResult:
         """Search the store.
 
         Args:
@@ -140,7 +153,7 @@ class Searcher:
 
         # Fusion.
         weights = {"vector": 1.0, "bm25": 1.0}
-        rel_idf = None
+        signal = None
         if opts.mode == "vector":
             fused = dict(similarity)
         elif opts.mode == "bm25":
@@ -151,15 +164,18 @@ class Searcher:
             else:
                 assert df_task is not None
                 dfs, total = df_task.result()
-                rel_idf = fusion.relative_idf(dfs, total)
-                w_vec, w_kw = fusion.adaptive_weights(rel_idf, opts.idf_midpoint, opts.idf_slope)
+                signal = await self._keyword_signal(opts.fusion, terms, dfs, total, kw_hits)
+                w_vec, w_kw = fusion.adaptive_weights(
+                    signal, opts.adaptive_midpoint, opts.adaptive_slope
+                )
                 weights = {"vector": w_vec, "bm25": w_kw}
             if opts.fusion == "score":
                 fused = fusion.score_fusion(similarity, bm25, weights["vector"], weights["bm25"])
             else:
                 fused = fusion.rrf(
                     {"vector": [c for c, _ in vec_hits], "bm25": [c for c, _ in kw_hits]},
-                    weights, opts.rrf_k,
+                    weights,
+                    opts.rrf_k,
                 )
         order = sorted(fused, key=lambda c: (-fused[c], c))[:pool]
 
@@ -169,8 +185,11 @@ class Searcher:
         tau = opts.tau or self.calibration.tau
         calib = dataclasses.replace(self.calibration, tau=tau)
         rejected = opts.gate and use_vector and gate.should_reject(keyword_count, best_sim, tau)
-        result_tier = gate.tier(keyword_count, best_sim, calib) if use_vector else (
-            "medium" if keyword_count else "low")
+        result_tier = (
+            gate.tier(keyword_count, best_sim, calib)
+            if use_vector
+            else ("medium" if keyword_count else "low")
+        )
         if rejected:
             order = []
 
@@ -179,14 +198,16 @@ class Searcher:
         order = [c for c in order if c in chunks]
         final_scores = dict(fused)
         factor_detail: dict[int, dict[str, float]] = {}
-        if order and (opts.recency_half_life_days > 0 or opts.frequency_weight
-                      or opts.importance_weight):
+        if order and (
+            opts.recency_half_life_days > 0 or opts.frequency_weight or opts.importance_weight
+        ):
             order, final_scores, factor_detail = self._rerank(order, fused, chunks, opts)
         if opts.dedup:
             order = diversity.dedup(order, {c: chunks[c].text for c in order})
         if opts.mmr and len(order) > limit:
             vectors = await self.store.read(
-                lambda c: readers.vectors_by_id(c, order, self.store.dimension))
+                lambda c: readers.vectors_by_id(c, order, self.store.dimension)
+            )
             order = diversity.mmr(order, final_scores, vectors, opts.mmr_lambda, limit)
         order = order[:limit]
         timings["rank_ms"] = (time.perf_counter() - t0) * 1000
@@ -208,21 +229,47 @@ class Searcher:
             await self._expand(hits, opts.expand)
         timings["total_ms"] = (time.perf_counter() - started) * 1000
         summary = {
-            "mode": opts.mode, "fusion": opts.fusion if opts.mode == "hybrid" else None,
-            "terms": terms, "relative_idf": rel_idf,
+            "mode": opts.mode,
+            "fusion": opts.fusion if opts.mode == "hybrid" else None,
+            "terms": terms,
+            "keyword_signal": None if signal is None else round(signal, 4),
             "weights": {k: round(v, 4) for k, v in weights.items()},
             "keyword_hits": keyword_count,
             "best_similarity": None if best_sim is None else round(best_sim, 4),
-            "tau": tau, "rejected": rejected, "tier": result_tier,
+            "tau": tau,
+            "rejected": rejected,
+            "tier": result_tier,
             "timings_ms": {k: round(v, 3) for k, v in timings.items()},
         }
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("search: %d hits, %s", len(hits), summary["timings_ms"])
         return SearchResult(hits=hits, tier=result_tier, rejected=rejected, explain=summary)
 
-    def _rerank(self, order: list[int], fused: dict[int, float], chunks: dict[int, Chunk],
-                opts: SearchSettings) -> tuple[list[int], dict[int, float],
-                                               dict[int, dict[str, float]]]:
+    async def _keyword_signal(
+        self,
+        method: str,
+        terms: list[str],
+        dfs: list[int],
+        total: int,
+        kw_hits: list[tuple[int, float]],
+    ) -> float:
+        """How far to trust keywords for this query (0: not at all, 1: fully)."""
+        if method == "idf":
+            return fusion.relative_idf(dfs, total)
+        if not kw_hits:
+            return 0.0
+        top = kw_hits[0][0]
+        expressions = [quote_term(t) for t in terms]
+        matched = await self.store.read(lambda c: readers.matched_terms(c, top, expressions))
+        return fusion.idf_coverage(dfs, matched, total)
+
+    def _rerank(
+        self,
+        order: list[int],
+        fused: dict[int, float],
+        chunks: dict[int, Chunk],
+        opts: SearchSettings,
+    ) -> tuple[list[int], dict[int, float], dict[int, dict[str, float]]]:
         now = time.time()
         factors = []
         for cid in order:
@@ -230,16 +277,21 @@ class Searcher:
             # MemX: prefer the last retrieval, fall back to creation (or the event itself).
             stamp = chunk.last_retrieved_at or chunk.event_time or chunk.created_at
             uses = chunk.retrieval_count or chunk.access_count
-            factors.append(rerank.Factors(fused[cid], (now - stamp) / 86400, uses,
-                                          chunk.importance))
+            factors.append(
+                rerank.Factors(fused[cid], (now - stamp) / 86400, uses, chunk.importance)
+            )
         scored = rerank.rerank_scores(
-            factors, half_life_days=opts.recency_half_life_days,
+            factors,
+            half_life_days=opts.recency_half_life_days,
             recency_weight=0.25 if opts.recency_half_life_days > 0 else 0.0,
-            frequency_weight=opts.frequency_weight, importance_weight=opts.importance_weight,
+            frequency_weight=opts.frequency_weight,
+            importance_weight=opts.importance_weight,
         )
         scores = {cid: s for cid, (s, _) in zip(order, scored, strict=True)}
-        detail = {cid: {k: round(v, 4) for k, v in parts.items()}
-                  for cid, (_, parts) in zip(order, scored, strict=True)}
+        detail = {
+            cid: {k: round(v, 4) for k, v in parts.items()}
+            for cid, (_, parts) in zip(order, scored, strict=True)
+        }
         return sorted(order, key=lambda c: -scores[c]), scores, detail
 
     async def _expand(self, hits: list[Hit], window: int) -> None:

@@ -33,7 +33,8 @@ def _pick_module() -> ModuleType:
             "this Python's sqlite3 cannot load extensions and sqlean.py is not installed; "
             "install sqlean.py or use a Python built with extension loading"
         ) from exc
-    return sqlean
+    module: ModuleType = sqlean
+    return module
 
 
 sqlite: ModuleType = _pick_module()

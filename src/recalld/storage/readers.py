@@ -30,19 +30,42 @@ async def fetchall(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]
 
 def _row_to_chunk(row: Any) -> Chunk:
     return Chunk(
-        id=row[0], document_id=row[1], source=row[2], position=row[3], kind=row[4],
-        granularity=row[5], key=row[6], parent_id=row[7], text=row[8], token_count=row[9],
-        tags=tuple(json.loads(row[10])), memory_type=row[11], importance=row[12],
-        event_time=row[13], created_at=row[14], access_count=row[15], last_accessed_at=row[16],
-        retrieval_count=row[17], last_retrieved_at=row[18], status=row[19],
+        id=row[0],
+        document_id=row[1],
+        source=row[2],
+        position=row[3],
+        kind=row[4],
+        granularity=row[5],
+        key=row[6],
+        parent_id=row[7],
+        text=row[8],
+        token_count=row[9],
+        tags=tuple(json.loads(row[10])),
+        memory_type=row[11],
+        importance=row[12],
+        event_time=row[13],
+        created_at=row[14],
+        access_count=row[15],
+        last_accessed_at=row[16],
+        retrieval_count=row[17],
+        last_retrieved_at=row[18],
+        status=row[19],
         meta=json.loads(row[20]),
     )
 
 
 def _row_to_document(row: Any) -> Document:
     return Document(
-        id=row[0], source=row[1], kind=row[2], content_hash=row[3], state=row[4],
-        chunk_count=row[5], created_at=row[6], updated_at=row[7], mtime=row[8], size=row[9],
+        id=row[0],
+        source=row[1],
+        kind=row[2],
+        content_hash=row[3],
+        state=row[4],
+        chunk_count=row[5],
+        created_at=row[6],
+        updated_at=row[7],
+        mtime=row[8],
+        size=row[9],
     )
 
 
@@ -78,8 +101,9 @@ def filter_sql(filters: Filters) -> tuple[str, list[Any]]:
     return " AND ".join(clauses) or "1", params
 
 
-async def knn(conn: Any, vector: npt.NDArray[np.float32], k: int, filters: Filters) -> list[
-        tuple[int, float]]:
+async def knn(
+    conn: Any, vector: npt.NDArray[np.float32], k: int, filters: Filters
+) -> list[tuple[int, float]]:
     """The `k` nearest chunks by cosine distance, as `(chunk_id, distance)`, nearest first.
 
     Without filters, or with only one kind / granularity, the filter runs inside sqlite-vec's
@@ -142,6 +166,19 @@ async def document_frequency(conn: Any, expression: str) -> int:
     return int(rows[0][0])
 
 
+async def matched_terms(conn: Any, chunk_id: int, expressions: Sequence[str]) -> list[bool]:
+    """Which FTS5 expressions (one quoted term each) match one chunk."""
+    found = []
+    for expression in expressions:
+        rows = await fetchall(
+            conn,
+            "SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid = ?",
+            (expression, chunk_id),
+        )
+        found.append(bool(rows))
+    return found
+
+
 async def chunk_total(conn: Any) -> int:
     """The number of chunks."""
     rows = await fetchall(conn, "SELECT count(*) FROM chunks")
@@ -161,8 +198,9 @@ async def chunks_by_id(conn: Any, ids: Sequence[int]) -> dict[int, Chunk]:
     return {int(r[0]): _row_to_chunk(r) for r in rows}
 
 
-async def vectors_by_id(conn: Any, ids: Sequence[int], dimension: int) -> dict[
-        int, npt.NDArray[np.float32]]:
+async def vectors_by_id(
+    conn: Any, ids: Sequence[int], dimension: int
+) -> dict[int, npt.NDArray[np.float32]]:
     """Stored vectors by chunk id."""
     if not ids:
         return {}
@@ -222,8 +260,13 @@ async def counts(conn: Any) -> dict[str, int]:
         "(SELECT count(*) FROM links)",
     )
     documents_, chunks, partial, errors, links = (int(v) for v in rows[0])
-    return {"documents": documents_, "chunks": chunks, "partial_documents": partial,
-            "errors": errors, "links": links}
+    return {
+        "documents": documents_,
+        "chunks": chunks,
+        "partial_documents": partial,
+        "errors": errors,
+        "links": links,
+    }
 
 
 async def errors(conn: Any, limit: int = 100) -> list[dict[str, Any]]:

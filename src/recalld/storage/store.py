@@ -46,8 +46,12 @@ def _prepare(path: Path, model_id: str, dimension: int) -> None:
                 f"{path} was embedded with {stored['model_id']} ({stored['dimension']} dims) "
                 f"but recalld is configured for {model_id} ({dimension} dims); set "
                 f"embed.model back, or re-embed the store with `recalld reindex`",
-                data={"stored_model": stored["model_id"], "stored_dimension":
-                      int(stored["dimension"]), "model": model_id, "dimension": dimension},
+                data={
+                    "stored_model": stored["model_id"],
+                    "stored_dimension": int(stored["dimension"]),
+                    "model": model_id,
+                    "dimension": dimension,
+                },
             )
     except DatabaseError as exc:
         raise StoreError(f"cannot open store {path}: {exc}") from exc
@@ -70,8 +74,15 @@ class Store:
         dimension: Their length.
     """
 
-    def __init__(self, path: Path, model_id: str, dimension: int, writer: aiosqlite.Connection,
-                 readers: list[aiosqlite.Connection], query_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        model_id: str,
+        dimension: int,
+        writer: aiosqlite.Connection,
+        readers: list[aiosqlite.Connection],
+        query_timeout_ms: int,
+    ) -> None:
         self.path = path
         self.model_id = model_id
         self.dimension = dimension
@@ -87,8 +98,15 @@ class Store:
         self.generation = 0
 
     @classmethod
-    async def open(cls, path: Path, *, model_id: str, dimension: int, readers: int = 4,
-                   query_timeout_ms: int = 5000) -> Store:
+    async def open(
+        cls,
+        path: Path,
+        *,
+        model_id: str,
+        dimension: int,
+        readers: int = 4,
+        query_timeout_ms: int = 5000,
+    ) -> Store:
         """Open (creating or migrating) the store at `path`.
 
         Raises:

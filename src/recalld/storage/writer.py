@@ -24,9 +24,20 @@ from recalld.types import ChunkDraft
 def chunk_hash(draft: ChunkDraft) -> str:
     """The content hash that decides whether a stored chunk can be kept as it is."""
     payload = json.dumps(
-        [draft.text, draft.kind, draft.granularity, draft.parent_key, draft.event_time,
-         draft.meta, list(draft.tags), draft.memory_type, draft.importance],
-        sort_keys=True, ensure_ascii=False, default=str,
+        [
+            draft.text,
+            draft.kind,
+            draft.granularity,
+            draft.parent_key,
+            draft.event_time,
+            draft.meta,
+            list(draft.tags),
+            draft.memory_type,
+            draft.importance,
+        ],
+        sort_keys=True,
+        ensure_ascii=False,
+        default=str,
     )
     return hashlib.sha256(payload.encode()).hexdigest()
 
@@ -106,17 +117,33 @@ async def replace_document(conn: Any, doc: NewDocument, chunks: Sequence[NewChun
                 "INSERT INTO chunks (document_id, position, kind, granularity, key, text, "
                 "content_hash, token_count, tags, memory_type, importance, event_time, "
                 "created_at, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (doc_id, position, draft.kind, draft.granularity, draft.key, draft.text, digest,
-                 chunk.token_count, json.dumps(list(draft.tags)), draft.memory_type,
-                 draft.importance, draft.event_time, now,
-                 json.dumps(draft.meta, ensure_ascii=False, default=str)),
+                (
+                    doc_id,
+                    position,
+                    draft.kind,
+                    draft.granularity,
+                    draft.key,
+                    draft.text,
+                    digest,
+                    chunk.token_count,
+                    json.dumps(list(draft.tags)),
+                    draft.memory_type,
+                    draft.importance,
+                    draft.event_time,
+                    now,
+                    json.dumps(draft.meta, ensure_ascii=False, default=str),
+                ),
             )
             chunk_id = int(cursor.lastrowid)
             await conn.execute(
                 "INSERT INTO chunks_vec (chunk_id, embedding, kind, granularity) "
                 "VALUES (?, ?, ?, ?)",
-                (chunk_id, np.ascontiguousarray(chunk.vector, dtype=np.float32).tobytes(),
-                 draft.kind, draft.granularity),
+                (
+                    chunk_id,
+                    np.ascontiguousarray(chunk.vector, dtype=np.float32).tobytes(),
+                    draft.kind,
+                    draft.granularity,
+                ),
             )
         ids_by_key[draft.key] = chunk_id
         if draft.parent_key is not None:
@@ -149,8 +176,10 @@ async def delete_document(conn: Any, source: str) -> bool:
     if not rows:
         return False
     doc_id = int(rows[0][0])
-    chunk_ids = [int(r[0]) for r in await _fetchall(
-        conn, "SELECT id FROM chunks WHERE document_id = ?", (doc_id,))]
+    chunk_ids = [
+        int(r[0])
+        for r in await _fetchall(conn, "SELECT id FROM chunks WHERE document_id = ?", (doc_id,))
+    ]
     await delete_chunks(conn, chunk_ids)
     await conn.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
     return True

@@ -1,0 +1,123 @@
+"""BEIR retrieval quality: NDCG@10, Recall@10/100, MRR@10 and latency for every mode in one run.
+
+The corpus goes through the same ingest path as the daemon (documents chunked as usual); chunk
+hits map back to documents by their first (best) chunk, i.e. max over a document's chunks.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from recalld.api import AsyncMemory
+from recalld.bench import metrics
+from recalld.bench.common import MODES, bench_settings, load_model
+
+SOURCE_PREFIX = "beir:"
+
+
+def load_beir(
+    folder: Path, split: str
+) -> tuple[dict[str, str], dict[str, str], dict[str, dict[str, int]]]:
+    """Corpus texts, query texts and qrels of a BEIR folder."""
+    corpus = {}
+    with (folder / "corpus.jsonl").open(encoding="utf-8") as handle:
+        for line in handle:
+            doc = json.loads(line)
+            title = doc.get("title") or ""
+            corpus[str(doc["_id"])] = f"{title}\n\n{doc['text']}" if title else doc["text"]
+    queries = {}
+    with (folder / "queries.jsonl").open(encoding="utf-8") as handle:
+        for line in handle:
+            q = json.loads(line)
+            queries[str(q["_id"])] = q["text"]
+    qrels: dict[str, dict[str, int]] = {}
+    with (folder / "qrels" / f"{split}.tsv").open(encoding="utf-8") as handle:
+        rows = csv.reader(handle, delimiter="\t")
+        for row in rows:
+            if row and row[0] != "query-id":
+                qrels.setdefault(row[0], {})[row[1]] = int(row[2])
+    return corpus, queries, qrels
+
+
+async def ingest_corpus(memory: AsyncMemory, corpus: dict[str, str], batch: int = 256) -> float:
+    """Ingest every document (unchanged ones are skipped by hash); returns seconds taken."""
+    started = time.perf_counter()
+    ids = list(corpus)
+    for start in range(0, len(ids), batch):
+        items = [
+            (SOURCE_PREFIX + i, "doc.txt", corpus[i].encode(), None, None)
+            for i in ids[start : start + batch]
+        ]
+        await memory.ingestor.ingest_many(items)
+        print(f"\ringested {min(start + batch, len(ids))}/{len(ids)}", end="", file=sys.stderr)
+    print(file=sys.stderr)
+    return time.perf_counter() - started
+
+
+async def evaluate(
+    memory: AsyncMemory, queries: dict[str, str], qrels: dict[str, dict[str, int]], mode: str
+) -> dict[str, Any]:
+    """Run every judged query in one mode and score it."""
+    ndcg, r10, r100, mrr, latency = [], [], [], [], []
+    for qid, judged in qrels.items():
+        started = time.perf_counter()
+        result = await memory.searcher.search(
+            queries[qid], limit=100, candidates=100, **MODES[mode]
+        )
+        latency.append((time.perf_counter() - started) * 1000)
+        ranked = list(dict.fromkeys(h.chunk.source[len(SOURCE_PREFIX) :] for h in result.hits))
+        relevant = {d for d, r in judged.items() if r > 0}
+        ndcg.append(metrics.ndcg_at(ranked, judged, 10))
+        r10.append(metrics.recall_at(ranked, relevant, 10))
+        r100.append(metrics.recall_at(ranked, relevant, 100))
+        mrr.append(metrics.mrr_at(ranked, relevant, 10))
+    return {
+        "ndcg@10": round(metrics.mean(ndcg), 4),
+        "recall@10": round(metrics.mean(r10), 4),
+        "recall@100": round(metrics.mean(r100), 4),
+        "mrr@10": round(metrics.mean(mrr), 4),
+        "latency_ms_p50": round(metrics.percentile(latency, 50), 2),
+        "latency_ms_p95": round(metrics.percentile(latency, 95), 2),
+        "queries": len(qrels),
+    }
+
+
+async def run(
+    folder: Path,
+    split: str,
+    modes: list[str],
+    limit_queries: int | None,
+    workdir: Path,
+    overrides: dict[str, str],
+) -> dict[str, Any]:
+    """Ingest a BEIR corpus into the store in `workdir` and evaluate every mode."""
+    corpus, queries, qrels = load_beir(folder, split)
+    if limit_queries:
+        qrels = dict(list(qrels.items())[:limit_queries])
+    settings = bench_settings(workdir, overrides)
+    embedder = load_model(settings)
+    memory = await AsyncMemory.open(settings, embedder=embedder)
+    try:
+        ingest_s = await ingest_corpus(memory, corpus)
+        counts = await memory.counts()
+        results = {}
+        for mode in modes:
+            results[mode] = await evaluate(memory, queries, qrels, mode)
+            print(f"{mode}: {results[mode]}", file=sys.stderr)
+    finally:
+        await memory.close()
+    return {
+        "dataset": str(folder),
+        "split": split,
+        "model": embedder.model_id,
+        "documents": len(corpus),
+        "chunks": counts["chunks"],
+        "ingest_seconds": round(ingest_s, 1),
+        "overrides": overrides,
+        "modes": results,
+    }

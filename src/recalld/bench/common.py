@@ -1,0 +1,71 @@
+"""What every benchmark shares: opening a store, the mode table, timing and the JSON report."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from recalld.api import AsyncMemory
+from recalld.config import Settings, load_settings
+from recalld.embeddings.base import Embedder, load_embedder
+
+# The search overrides each mode stands for. `full` is the shipped defaults, every stage on.
+MODES: dict[str, dict[str, Any]] = {
+    "bm25": {"mode": "bm25", "gate": False, "mmr": False, "dedup": False},
+    "vector": {"mode": "vector", "gate": False, "mmr": False, "dedup": False},
+    "hybrid": {"mode": "hybrid", "gate": False, "mmr": False, "dedup": False},
+    "full": {},
+}
+
+
+@dataclass
+class Bench:
+    """An open benchmark store and the settings it was opened with."""
+
+    memory: AsyncMemory
+    settings: Settings
+
+
+def bench_settings(workdir: Path, overrides: Mapping[str, str]) -> Settings:
+    """Settings for a benchmark store in `workdir`, isolated from the user's own config."""
+    return load_settings(Path(os.devnull), {"RECALLD_HOME": str(workdir)}, dict(overrides)).settings
+
+
+def load_model(settings: Settings) -> Embedder:
+    """Load the embedder once so several stores in one run can share it."""
+    return load_embedder(settings.embed.model, settings.model_cache_dir)
+
+
+def machine() -> dict[str, Any]:
+    """What the figures were measured on."""
+    versions: dict[str, str | None] = {}
+    for name in ("recalld", "onnxruntime", "sqlite-vec", "numpy", "tokenizers"):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "versions": versions,
+    }
+
+
+def write_report(results_dir: Path, name: str, report: dict[str, Any]) -> Path:
+    """Write the report as JSON under `results_dir` and return its path."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    path = results_dir / f"{name}-{stamp}.json"
+    report = {"benchmark": name, "machine": machine(), **report}
+    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", "utf-8")
+    return path

@@ -1,0 +1,146 @@
+"""Commands for looking after the daemon and the store: `status`, `errors`, `check`, `config`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from recalld.cli.common import client_command, connect, json_option, load, pass_client
+from recalld.cli.output import duration, emit, pairs, snippet, table, when
+from recalld.client import Client
+from recalld.config import default_config_path, settings_as_dict
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+@click.command()
+@client_command
+@pass_client
+def status(client: Client, as_json: bool) -> None:
+    """Show the daemon's state: versions, model, counts, queues, uptime."""
+    info = client.status()
+
+    def render(out: Console) -> None:
+        counts, queues = info["counts"], info["queues"]
+        pairs(
+            out,
+            [
+                ("state", f"{info['state']} (pid {info['pid']}, up {duration(info['uptime_s'])})"),
+                (
+                    "version",
+                    f"recalld {info['version']}, protocol {info['protocol_version']}, "
+                    f"schema {info['schema_version']}",
+                ),
+                ("model", f"{info['model']} ({info['dimension']} dims)"),
+                ("store", info["store"]),
+                ("socket", info["socket"]),
+                ("drop folder", info["drop_folder"]),
+                ("sources", info["sources"]),
+                ("documents", counts["documents"]),
+                ("chunks", counts["chunks"]),
+                ("errors", info["errors"]),
+                (
+                    "pending",
+                    f"{info['pending']} (events {queues['events']}, jobs {queues['jobs']}, "
+                    f"scans {queues['scans']}, in flight {queues['in_flight']})",
+                ),
+            ],
+        )
+
+    emit(info, as_json, render)
+
+
+@click.command()
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@client_command
+@pass_client
+def errors(client: Client, limit: int, as_json: bool) -> None:
+    """List recent ingest errors."""
+    found = client.errors(limit=limit)
+
+    def render(out: Console) -> None:
+        if not found:
+            out.print("No ingest errors.")
+            return
+        table(
+            out,
+            ["when", "source", "type", "message"],
+            [(when(e["at"]), e["source"], e["type"], snippet(e["message"], 200)) for e in found],
+        )
+
+    emit(found, as_json, render)
+
+
+def _render_check(report: dict[str, Any]) -> Any:
+    def render(out: Console) -> None:
+        table(
+            out,
+            ["check", "ok", "value", "detail"],
+            [
+                (c["name"], "ok" if c["ok"] else "FAIL", c["value"], c["detail"])
+                for c in report["checks"]
+            ],
+            title=f"{report['path']}: {'ok' if report['ok'] else 'PROBLEMS FOUND'}",
+        )
+
+    return render
+
+
+@click.command()
+@click.option(
+    "--offline", is_flag=True, help="Open the store file directly instead of asking the daemon."
+)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path))
+@json_option
+def check(offline: bool, sets: tuple[str, ...], config_file: Path | None, as_json: bool) -> None:
+    """Verify the store's invariants (vector/FTS/chunk parity, partial documents, SQLite
+    integrity). Exits 1 when a check fails."""
+    if offline:
+        # The store layer is imported only here: it pulls numpy and sqlite-vec.
+        from recalld.storage.check import check_store
+
+        report = check_store(load(config_file, sets).settings.store_path)
+    else:
+        with connect(config_file, sets) as client:
+            report = client.check()
+    emit(report, as_json, _render_check(report))
+    if not report["ok"]:
+        sys.exit(1)
+
+
+@click.group()
+def config() -> None:
+    """Settings."""
+
+
+@config.command("show")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
+@click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path))
+@json_option
+def config_show(sets: tuple[str, ...], config_file: Path | None, as_json: bool) -> None:
+    """Every effective setting and where it came from (default, file, env, flag).
+
+    Works without the daemon; it resolves settings as `recalld serve` would here."""
+    loaded = load(config_file, sets)
+    values = settings_as_dict(loaded.settings)
+    data = {
+        key: {"value": value, "source": loaded.sources.get(key, "default")}
+        for key, value in values.items()
+    }
+    file = config_file or default_config_path(os.environ)
+
+    def render(out: Console) -> None:
+        out.print(f"config file: {file}{'' if file.exists() else ' (not present)'}", markup=False)
+        table(
+            out,
+            ["setting", "value", "source"],
+            [(k, v["value"], v["source"]) for k, v in data.items()],
+        )
+
+    emit(data, as_json, render)

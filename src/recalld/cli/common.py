@@ -1,0 +1,89 @@
+"""Options every client command shares (`--config`, `--set`, `--json`) and how they resolve.
+
+Settings are resolved the daemon's way (defaults < file < `RECALLD_*` env < `--set`), so a
+client finds the socket the daemon listens on without being told.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from recalld.client import Client
+from recalld.config import LoadedSettings, load_settings
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def parse_sets(values: tuple[str, ...]) -> dict[str, str]:
+    """`("embed.model=hash:64",)` → `{"embed.model": "hash:64"}`.
+
+    Raises:
+        click.BadParameter: A value has no `=`.
+    """
+    pairs: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(
+                f"{item!r} is not KEY=VALUE (e.g. embed.model=local)", param_hint="--set"
+            )
+        pairs[key.strip()] = value
+    return pairs
+
+
+def settings_options(func: F) -> F:
+    """Add `--config FILE` and `--set KEY=VALUE`."""
+    func = click.option(
+        "--set",
+        "sets",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override a setting, e.g. --set embed.model=local.",
+    )(func)
+    func = click.option(
+        "--config",
+        "config_file",
+        metavar="FILE",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="A config.toml (default: the XDG config dir).",
+    )(func)
+    return func
+
+
+def json_option(func: F) -> F:
+    """Add `--json`: print the machine-readable result instead of a table."""
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(
+        func
+    )
+
+
+def client_command(func: F) -> F:
+    """A command that talks to the daemon: settings options and `--json`."""
+    return settings_options(json_option(func))
+
+
+def load(config_file: Path | None, sets: tuple[str, ...]) -> LoadedSettings:
+    """Resolve settings from the process environment, the config file and `--set`."""
+    return load_settings(config_file, os.environ, parse_sets(sets))
+
+
+def connect(config_file: Path | None, sets: tuple[str, ...]) -> Client:
+    """A client for the daemon these settings name."""
+    return Client(load(config_file, sets).settings.socket_path)
+
+
+def pass_client(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Replace `config_file` and `sets` with a connected `client` argument."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, config_file: Path | None, sets: tuple[str, ...], **kwargs: Any) -> Any:
+        with connect(config_file, sets) as client:
+            return func(*args, client=client, **kwargs)
+
+    return wrapper

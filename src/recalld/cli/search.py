@@ -1,0 +1,174 @@
+"""Commands that read and write memory: `search`, `remember`, `get`, `forget`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from recalld.cli.common import client_command, pass_client
+from recalld.cli.output import emit, snippet, table, when
+from recalld.client import Client
+from recalld.types import GRANULARITIES, KINDS
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def _routes(explain: dict[str, Any]) -> str:
+    parts = []
+    for route, detail in explain.get("routes", {}).items():
+        extra = ", ".join(f"{k} {v}" for k, v in detail.items() if k != "rank")
+        parts.append(f"{route} #{detail.get('rank')} ({extra})")
+    return "; ".join(parts) or "-"
+
+
+@click.command()
+@click.argument("query", nargs=-1, required=True)
+@click.option("--limit", "-n", type=click.IntRange(1, 1000), help="How many hits.")
+@click.option(
+    "--mode", type=click.Choice(["hybrid", "vector", "bm25"]), help="Retrieval routes to use."
+)
+@click.option("--explain", is_flag=True, help="Show how each hit was found.")
+@click.option(
+    "--expand",
+    type=click.IntRange(0, 20),
+    help="Attach N neighbouring chunks (or the parent) to each hit.",
+)
+@click.option("--source", "sources", multiple=True, help="Only under this source prefix.")
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS))
+@click.option("--granularity", "granularities", multiple=True, type=click.Choice(GRANULARITIES))
+@click.option("--tag", "tags", multiple=True, help="Only chunks with this tag.")
+@click.option("--since", help="Only events at or after this date (ISO 8601).")
+@click.option("--until", help="Only events before this date (ISO 8601).")
+@client_command
+@pass_client
+def search(
+    client: Client,
+    query: tuple[str, ...],
+    limit: int | None,
+    mode: str | None,
+    explain: bool,
+    expand: int | None,
+    sources: tuple[str, ...],
+    kinds: tuple[str, ...],
+    granularities: tuple[str, ...],
+    tags: tuple[str, ...],
+    since: str | None,
+    until: str | None,
+    as_json: bool,
+) -> None:
+    """Search memory: hybrid vector + keyword search."""
+    filters = {
+        "sources": list(sources),
+        "kinds": list(kinds),
+        "granularities": list(granularities),
+        "tags": list(tags),
+        "since": since,
+        "until": until,
+    }
+    result = client.search(
+        " ".join(query), limit=limit, mode=mode, filters=filters, explain=explain, expand=expand
+    )
+
+    def render(out: Console) -> None:
+        hits = result["hits"]
+        if not hits:
+            reason = " (no confident match)" if result.get("rejected") else ""
+            out.print(f"No results{reason}.")
+            return
+        rows = [
+            (
+                i,
+                f"{h['score']:.4f}",
+                h["id"],
+                f"{h['kind']}/{h['granularity']}",
+                h["source"],
+                snippet(h.get("context") or h["text"]),
+            )
+            for i, h in enumerate(hits, start=1)
+        ]
+        table(
+            out,
+            ["#", "score", "id", "kind", "source", "text"],
+            rows,
+            title=f"{len(hits)} hits, confidence {result['tier']}",
+        )
+        if explain:
+            for i, hit in enumerate(hits, start=1):
+                out.print(f"  #{i} id {hit['id']}: {_routes(hit.get('explain', {}))}")
+
+    emit(result, as_json, render)
+
+
+@click.command()
+@click.argument("text", nargs=-1, required=True)
+@click.option(
+    "--type",
+    "memory_type",
+    default="semantic",
+    show_default=True,
+    help="Memory type (semantic, episodic, procedural, ...).",
+)
+@click.option("--tag", "tags", multiple=True, help="A tag; repeat for more.")
+@click.option("--importance", type=click.FloatRange(0, 1), default=0.5, show_default=True)
+@click.option("--when", "event_time", help="When it happened (ISO 8601); default now.")
+@client_command
+@pass_client
+def remember(
+    client: Client,
+    text: tuple[str, ...],
+    memory_type: str,
+    tags: tuple[str, ...],
+    importance: float,
+    event_time: str | None,
+    as_json: bool,
+) -> None:
+    """Store a memory written directly."""
+    result = client.remember(
+        " ".join(text),
+        memory_type=memory_type,
+        tags=tags,
+        importance=importance,
+        event_time=event_time,
+    )
+    emit(
+        result,
+        as_json,
+        lambda out: out.print(f"Remembered as chunk {result['id']} ({result['source']})."),
+    )
+
+
+@click.command()
+@click.argument("chunk_id", metavar="ID", type=int)
+@client_command
+@pass_client
+def get(client: Client, chunk_id: int, as_json: bool) -> None:
+    """Show one chunk by id."""
+    chunk = client.get(chunk_id)
+
+    def render(out: Console) -> None:
+        out.print(
+            f"[bold]chunk {chunk['id']}[/bold]  {chunk['kind']}/{chunk['granularity']}"
+            f"  {chunk['source']}  {when(chunk.get('event_time'))}",
+            markup=True,
+        )
+        if chunk.get("tags"):
+            out.print("tags: " + ", ".join(chunk["tags"]))
+        out.print()
+        out.print(chunk["text"], markup=False)
+
+    emit(chunk, as_json, render)
+
+
+@click.command()
+@click.argument("source", required=False)
+@click.option("--id", "chunk_id", type=int, help="Forget the document holding this chunk.")
+@client_command
+@pass_client
+def forget(client: Client, source: str | None, chunk_id: int | None, as_json: bool) -> None:
+    """Remove a document or memory by SOURCE (a path or memory:…), or by --id."""
+    if (source is None) == (chunk_id is None):
+        raise click.UsageError("pass a SOURCE or --id ID (one of them)")
+    result = client.forget(source, chunk_id=chunk_id)
+    emit(result, as_json, lambda out: out.print(f"Forgot {result['source']}."))

@@ -1,0 +1,232 @@
+"""Running the daemon: `serve` in the foreground, and `service install|uninstall` for systemd
+(user unit) on Linux or launchd (agent plist) on macOS."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from html import escape
+from pathlib import Path
+from string import Template
+
+import click
+
+from recalld.cli.common import parse_sets, settings_options
+from recalld.cli.output import print_json
+from recalld.cli.templates import LAUNCHD_PLIST, SYSTEMD_UNIT
+
+LABEL = "dev.recalld"
+UNIT_NAME = "recalld.service"
+
+
+@click.command()
+@settings_options
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="info",
+    show_default=True,
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one JSON object per log line.",
+)
+@click.option(
+    "--shutdown-timeout",
+    type=click.FloatRange(0),
+    default=10.0,
+    show_default=True,
+    help="Seconds to finish requests and drain the ingest queue on SIGTERM; what is "
+    "left is picked up at the next start.",
+)
+@click.pass_context
+def serve(
+    ctx: click.Context,
+    config_file: Path | None,
+    sets: tuple[str, ...],
+    log_level: str,
+    log_format: str,
+    shutdown_timeout: float,
+) -> None:
+    """Run the daemon in the foreground (logs to stderr; stop with Ctrl-C or SIGTERM).
+
+    SIGHUP reloads the config. Exits 3 when it cannot start (bad config, already running,
+    store embedded with another model)."""
+    # Imported here: the daemon pulls in the store, numpy and the model.
+    from recalld.daemon.lifecycle import default_config, run
+
+    code = run(
+        default_config(
+            config_file=config_file,
+            overrides=parse_sets(sets),
+            log_level=log_level,
+            log_format=log_format,
+            configure_logging=True,
+            shutdown_timeout=shutdown_timeout,
+        )
+    )
+    ctx.exit(code)
+
+
+@dataclass(frozen=True)
+class ServiceFile:
+    """A rendered service file, where it goes, and the commands that enable it."""
+
+    path: Path
+    text: str
+    enable: list[list[str]]
+    disable: list[list[str]]
+
+
+def _command(config_file: Path | None, sets: tuple[str, ...]) -> list[str]:
+    command = [sys.executable, "-m", "recalld", "serve"]
+    if config_file is not None:
+        command += ["--config", os.fspath(config_file.expanduser().resolve())]
+    for item in sets:
+        command += ["--set", item]
+    return command
+
+
+def render_service(
+    platform: str, home: Path, config_file: Path | None = None, sets: tuple[str, ...] = ()
+) -> ServiceFile:
+    """The service file for `platform` (`linux` or `macos`) in `home`."""
+    command = _command(config_file, sets)
+    if platform == "linux":
+        path = home / ".config" / "systemd" / "user" / UNIT_NAME
+        text = Template(SYSTEMD_UNIT).substitute(arguments=shlex.join(command))
+        return ServiceFile(
+            path,
+            text,
+            enable=[
+                ["systemctl", "--user", "daemon-reload"],
+                ["systemctl", "--user", "enable", "--now", UNIT_NAME],
+            ],
+            disable=[
+                ["systemctl", "--user", "disable", "--now", UNIT_NAME],
+                ["systemctl", "--user", "daemon-reload"],
+            ],
+        )
+    path = home / "Library" / "LaunchAgents" / f"{LABEL}.plist"
+    arguments = "\n".join(f"    <string>{escape(a)}</string>" for a in command)
+    log = home / "Library" / "Logs" / "recalld.log"
+    text = Template(LAUNCHD_PLIST).substitute(
+        label=LABEL, arguments=arguments, log=escape(os.fspath(log))
+    )
+    return ServiceFile(
+        path,
+        text,
+        enable=[["launchctl", "load", "-w", os.fspath(path)]],
+        disable=[["launchctl", "unload", "-w", os.fspath(path)]],
+    )
+
+
+def _platform(value: str | None) -> str:
+    if value:
+        return value
+    if sys.platform.startswith("linux"):
+        return "linux"
+    if sys.platform == "darwin":
+        return "macos"
+    raise click.UsageError(
+        f"no service manager support on {sys.platform}; run "
+        "`recalld serve` from your own supervisor"
+    )
+
+
+def _run(commands: list[list[str]]) -> None:
+    for command in commands:
+        if shutil.which(command[0]) is None:
+            raise click.ClickException(
+                f"{command[0]} not found; run by hand: {shlex.join(command)}"
+            )
+        done = subprocess.run(command, check=False, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise click.ClickException(
+                f"{shlex.join(command)} failed: {done.stderr.strip() or done.returncode}"
+            )
+
+
+@click.group()
+def service() -> None:
+    """Install recalld as a user service (systemd on Linux, launchd on macOS)."""
+
+
+_platform_option = click.option(
+    "--platform", type=click.Choice(["linux", "macos"]), help="Default: this machine's."
+)
+_dry_run_option = click.option(
+    "--dry-run", is_flag=True, help="Print what would be written and run; change nothing."
+)
+
+
+@service.command("install")
+@settings_options
+@_platform_option
+@_dry_run_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def install(
+    config_file: Path | None,
+    sets: tuple[str, ...],
+    platform: str | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Write the service file and enable it (starts the daemon now and at login)."""
+    rendered = render_service(_platform(platform), Path.home(), config_file, sets)
+    if as_json:
+        print_json(
+            {
+                "path": os.fspath(rendered.path),
+                "text": rendered.text,
+                "commands": [shlex.join(c) for c in rendered.enable],
+                "dry_run": dry_run,
+            }
+        )
+    elif dry_run:
+        click.echo(f"# would write {rendered.path}")
+        click.echo(rendered.text, nl=False)
+        for command in rendered.enable:
+            click.echo(f"# would run: {shlex.join(command)}")
+    if dry_run:
+        return
+    rendered.path.parent.mkdir(parents=True, exist_ok=True)
+    rendered.path.write_text(rendered.text, "utf-8")
+    _run(rendered.enable)
+    if not as_json:
+        click.echo(f"Installed {rendered.path} and started recalld.")
+
+
+@service.command("uninstall")
+@_platform_option
+@_dry_run_option
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def uninstall(platform: str | None, dry_run: bool, as_json: bool) -> None:
+    """Stop and disable the service and remove its file."""
+    rendered = render_service(_platform(platform), Path.home())
+    if as_json:
+        print_json(
+            {
+                "path": os.fspath(rendered.path),
+                "commands": [shlex.join(c) for c in rendered.disable],
+                "dry_run": dry_run,
+            }
+        )
+    elif dry_run:
+        for command in rendered.disable:
+            click.echo(f"# would run: {shlex.join(command)}")
+        click.echo(f"# would remove {rendered.path}")
+    if dry_run:
+        return
+    if rendered.path.exists():
+        _run(rendered.disable)
+        rendered.path.unlink()
+    if not as_json:
+        click.echo(f"Removed {rendered.path}.")

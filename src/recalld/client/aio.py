@@ -1,0 +1,234 @@
+"""`AsyncClient`: the asyncio client, with the same methods as `Client`."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from recalld import protocol
+from recalld.client.base import (
+    DEFAULT_TIMEOUT,
+    ProgressCallback,
+    absolute,
+    error_from_object,
+    forget_params,
+    not_running,
+    remember_params,
+    search_params,
+    socket_from_env,
+)
+from recalld.errors import DaemonError
+
+
+class AsyncClient:
+    """An asyncio client for the daemon; calls on one client are serialised on its connection.
+
+    Args:
+        socket_path: The daemon's socket (see `AsyncClient.from_env`).
+        timeout: Seconds to wait for each message from the daemon.
+
+    Raises (from every method):
+        DaemonNotRunning: Nothing answers on the socket.
+        RecalldError: The daemon's own error, as the same class.
+    """
+
+    def __init__(
+        self, socket_path: str | os.PathLike[str], *, timeout: float | None = DEFAULT_TIMEOUT
+    ) -> None:
+        self.socket_path = Path(socket_path)
+        self.timeout = timeout
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._lock = asyncio.Lock()
+        self._ids = itertools.count(1)
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str], config_file: Path | None = None, **kwargs: Any
+    ) -> AsyncClient:
+        """A client for the socket that `env` (e.g. `os.environ`) and the config name."""
+        return cls(socket_from_env(env, config_file), **kwargs)
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the connection (a later call reconnects)."""
+        writer, self._writer, self._reader = self._writer, None, None
+        if writer is not None:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except (ConnectionError, BrokenPipeError):
+                pass
+
+    async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self._reader is None or self._writer is None:
+            try:
+                self._reader, self._writer = await asyncio.open_unix_connection(
+                    os.fspath(self.socket_path), limit=protocol.MAX_LINE_BYTES
+                )
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                raise not_running(self.socket_path, exc) from None
+        return self._reader, self._writer
+
+    async def call(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        on_progress: ProgressCallback | None = None,
+    ) -> Any:
+        """Call any method; progress notifications for it go to `on_progress`.
+
+        Returns:
+            The method's result.
+        """
+        async with self._lock:
+            reader, writer = await self._connect()
+            request_id = next(self._ids)
+            try:
+                writer.write(protocol.dumps(protocol.request(request_id, method, params)))
+                await writer.drain()
+                while True:
+                    async with asyncio.timeout(self.timeout):
+                        line = await reader.readline()
+                    if not line:
+                        raise DaemonError(
+                            "the daemon closed the connection; it may be "
+                            "shutting down, see `recalld status`"
+                        )
+                    message = protocol.parse_incoming(line)
+                    if message.is_notification:
+                        if (
+                            message.method == protocol.PROGRESS
+                            and on_progress is not None
+                            and message.params.get("token") == request_id
+                        ):
+                            on_progress(message.params)
+                        continue
+                    if message.id == request_id or message.error is not None:
+                        break
+            except TimeoutError:
+                await self.close()
+                raise DaemonError(f"no answer from the daemon within {self.timeout} s") from None
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                await self.close()
+                raise not_running(self.socket_path, exc) from None
+            except protocol.RpcError as exc:
+                await self.close()
+                raise DaemonError(f"bad message from the daemon: {exc.message}") from None
+            except BaseException:
+                await self.close()
+                raise
+        if message.error is not None:
+            raise error_from_object(message.error)
+        return message.result
+
+    async def search(
+        self,
+        query: str,
+        *,
+        limit: int | None = None,
+        mode: str | None = None,
+        filters: Mapping[str, Any] | None = None,
+        explain: bool = False,
+        expand: int | None = None,
+    ) -> dict[str, Any]:
+        """Hybrid search. `filters` takes sources, kinds, granularities, tags, since, until."""
+        result: dict[str, Any] = await self.call(
+            "search", search_params(query, limit, mode, filters, explain, expand)
+        )
+        return result
+
+    async def get(self, chunk_id: int) -> dict[str, Any]:
+        """One chunk by id."""
+        result: dict[str, Any] = await self.call("get", {"id": chunk_id})
+        return result
+
+    async def remember(
+        self,
+        text: str,
+        *,
+        memory_type: str = "semantic",
+        tags: Sequence[str] = (),
+        importance: float = 0.5,
+        event_time: float | str | None = None,
+    ) -> dict[str, Any]:
+        """Store a memory written directly."""
+        result: dict[str, Any] = await self.call(
+            "remember", remember_params(text, memory_type, tags, importance, event_time)
+        )
+        return result
+
+    async def forget(
+        self, source: str | None = None, *, chunk_id: int | None = None
+    ) -> dict[str, Any]:
+        """Remove a document or memory by source, or the one holding a chunk."""
+        result: dict[str, Any] = await self.call("forget", forget_params(source, chunk_id))
+        return result
+
+    async def ingest(
+        self, path: str | os.PathLike[str], *, on_progress: ProgressCallback | None = None
+    ) -> dict[str, Any]:
+        """Ingest a file or folder now; progress goes to `on_progress`."""
+        result: dict[str, Any] = await self.call(
+            "ingest", {"path": absolute(path)}, on_progress=on_progress
+        )
+        return result
+
+    async def sources_list(self) -> list[dict[str, Any]]:
+        """Every watched folder."""
+        result: list[dict[str, Any]] = (await self.call("sources/list"))["sources"]
+        return result
+
+    async def sources_add(
+        self, path: str | os.PathLike[str], *, kind: str = "auto"
+    ) -> dict[str, Any]:
+        """Watch a folder from now on."""
+        result: dict[str, Any] = await self.call(
+            "sources/add", {"path": absolute(path), "kind": kind}
+        )
+        return result
+
+    async def sources_remove(
+        self, path: str | os.PathLike[str], *, forget: bool = False
+    ) -> dict[str, Any]:
+        """Stop watching a folder (and forget its documents with `forget=True`)."""
+        result: dict[str, Any] = await self.call(
+            "sources/remove", {"path": absolute(path), "forget": forget}
+        )
+        return result
+
+    async def status(self) -> dict[str, Any]:
+        """Versions, model, counts, queue depths, uptime."""
+        result: dict[str, Any] = await self.call("status")
+        return result
+
+    async def errors(self, *, limit: int = 100) -> list[dict[str, Any]]:
+        """The most recent ingest errors."""
+        result: list[dict[str, Any]] = (await self.call("errors/list", {"limit": limit}))["errors"]
+        return result
+
+    async def check(self) -> dict[str, Any]:
+        """Verify the store's invariants."""
+        result: dict[str, Any] = await self.call("admin/check")
+        return result
+
+    async def config_show(self) -> dict[str, Any]:
+        """The daemon's effective settings and their sources."""
+        result: dict[str, Any] = await self.call("config/show")
+        return result

@@ -1,0 +1,118 @@
+"""What `Client` and `AsyncClient` share: request building and mapping error objects back to
+exceptions (the client side of the daemon's one mapping in `recalld.daemon.methods`)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from recalld import protocol
+from recalld.config import load_settings
+from recalld.errors import (
+    DaemonError,
+    DaemonNotRunning,
+    ProtocolError,
+    RecalldError,
+    error_classes,
+)
+
+DEFAULT_TIMEOUT = 120.0
+
+ProgressCallback = Callable[[dict[str, Any]], object]
+
+_PROTOCOL_CODES = frozenset(
+    {
+        protocol.PARSE_ERROR,
+        protocol.INVALID_REQUEST,
+        protocol.METHOD_NOT_FOUND,
+        protocol.INVALID_PARAMS,
+        protocol.LINE_TOO_LONG,
+    }
+)
+
+
+def error_from_object(error: Mapping[str, Any]) -> RecalldError:
+    """The exception for an error object: the class named by `data.type` when it is one of
+    recalld's, else `ProtocolError` for protocol codes and `DaemonError` for the rest."""
+    code = error.get("code")
+    message = str(error.get("message") or "the daemon reported an error")
+    data = dict(error.get("data") or {})
+    cls = error_classes().get(str(data.pop("type", "")))
+    if cls is None:
+        cls = ProtocolError if code in _PROTOCOL_CODES else DaemonError
+        data["rpc_code"] = code
+    return cls(message, data=data)
+
+
+def not_running(path: Path, exc: OSError) -> DaemonNotRunning:
+    """The error for a socket nobody answers on."""
+    return DaemonNotRunning(
+        f"recalld is not running (no daemon at {path}: {exc.strerror or exc}); "
+        "start it with `recalld serve`",
+        data={"socket": os.fspath(path)},
+    )
+
+
+def socket_from_env(env: Mapping[str, str], config_file: Path | None = None) -> Path:
+    """The socket path the daemon uses with this environment and config file."""
+    return load_settings(config_file, env).settings.socket_path
+
+
+def absolute(path: str | os.PathLike[str]) -> str:
+    """A path as the daemon needs it: absolute, since it has its own working directory."""
+    return os.fspath(Path(path).expanduser().resolve())
+
+
+def search_params(
+    query: str,
+    limit: int | None,
+    mode: str | None,
+    filters: Mapping[str, Any] | None,
+    explain: bool,
+    expand: int | None,
+) -> dict[str, Any]:
+    """Params of `search`, leaving out what is unset."""
+    params: dict[str, Any] = {"query": query}
+    if limit is not None:
+        params["limit"] = limit
+    if mode is not None:
+        params["mode"] = mode
+    if filters:
+        params["filters"] = {k: v for k, v in filters.items() if v not in (None, (), [])}
+    if explain:
+        params["explain"] = True
+    if expand is not None:
+        params["expand"] = expand
+    return params
+
+
+def remember_params(
+    text: str,
+    memory_type: str,
+    tags: Sequence[str],
+    importance: float,
+    event_time: float | str | None,
+) -> dict[str, Any]:
+    """Params of `remember`."""
+    params: dict[str, Any] = {
+        "text": text,
+        "type": memory_type,
+        "tags": list(tags),
+        "importance": importance,
+    }
+    if event_time is not None:
+        params["event_time"] = event_time
+    return params
+
+
+def forget_params(source: str | None, chunk_id: int | None) -> dict[str, Any]:
+    """Params of `forget`: a source (a path is made absolute when it exists) or a chunk id."""
+    if chunk_id is not None:
+        return {"id": chunk_id}
+    if source is None:
+        raise TypeError("forget() needs a source or a chunk_id")
+    if os.path.exists(source):
+        source = absolute(source)
+    return {"source": source}

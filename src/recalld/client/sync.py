@@ -1,0 +1,227 @@
+"""`Client`: the blocking client, one Unix socket connection reused across calls."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+from recalld import protocol
+from recalld.client.base import (
+    DEFAULT_TIMEOUT,
+    ProgressCallback,
+    absolute,
+    error_from_object,
+    forget_params,
+    not_running,
+    remember_params,
+    search_params,
+    socket_from_env,
+)
+from recalld.errors import DaemonError
+
+
+class Client:
+    """A blocking client for the daemon.
+
+    Args:
+        socket_path: The daemon's socket (see `Client.from_env`).
+        timeout: Seconds to wait for each message from the daemon (progress notifications
+            count, so a long ingest that reports progress never times out).
+
+    Raises (from every method):
+        DaemonNotRunning: Nothing answers on the socket.
+        RecalldError: The daemon's own error, as the same class.
+    """
+
+    def __init__(
+        self, socket_path: str | os.PathLike[str], *, timeout: float | None = DEFAULT_TIMEOUT
+    ) -> None:
+        self.socket_path = Path(socket_path)
+        self.timeout = timeout
+        self._sock: socket.socket | None = None
+        self._file: IO[bytes] | None = None
+        self._ids = itertools.count(1)
+
+    @classmethod
+    def from_env(
+        cls, env: Mapping[str, str], config_file: Path | None = None, **kwargs: Any
+    ) -> Client:
+        """A client for the socket that `env` (e.g. `os.environ`) and the config name."""
+        return cls(socket_from_env(env, config_file), **kwargs)
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (a later call reconnects)."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _connect(self) -> tuple[socket.socket, IO[bytes]]:
+        if self._sock is None or self._file is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(self.timeout)
+            try:
+                sock.connect(os.fspath(self.socket_path))
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                sock.close()
+                raise not_running(self.socket_path, exc) from None
+            self._sock, self._file = sock, sock.makefile("rb")
+        return self._sock, self._file
+
+    def call(
+        self,
+        method: str,
+        params: dict[str, Any] | None = None,
+        *,
+        on_progress: ProgressCallback | None = None,
+    ) -> Any:
+        """Call any method; progress notifications for it go to `on_progress`.
+
+        Returns:
+            The method's result.
+        """
+        sock, reader = self._connect()
+        request_id = next(self._ids)
+        try:
+            sock.sendall(protocol.dumps(protocol.request(request_id, method, params)))
+            while True:
+                line = reader.readline(protocol.MAX_LINE_BYTES + 1)
+                if not line:
+                    raise DaemonError(
+                        "the daemon closed the connection; it may be shutting "
+                        "down, see `recalld status`"
+                    )
+                message = protocol.parse_incoming(line)
+                if message.is_notification:
+                    if (
+                        message.method == protocol.PROGRESS
+                        and on_progress is not None
+                        and message.params.get("token") == request_id
+                    ):
+                        on_progress(message.params)
+                    continue
+                if message.id == request_id or message.error is not None:
+                    break
+        except TimeoutError:
+            self.close()
+            raise DaemonError(f"no answer from the daemon within {self.timeout} s") from None
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            self.close()
+            raise not_running(self.socket_path, exc) from None
+        except protocol.RpcError as exc:
+            self.close()
+            raise DaemonError(f"bad message from the daemon: {exc.message}") from None
+        except BaseException:
+            # An interrupt may leave half a response on the wire: start afresh next time.
+            self.close()
+            raise
+        if message.error is not None:
+            raise error_from_object(message.error)
+        return message.result
+
+    def search(
+        self,
+        query: str,
+        *,
+        limit: int | None = None,
+        mode: str | None = None,
+        filters: Mapping[str, Any] | None = None,
+        explain: bool = False,
+        expand: int | None = None,
+    ) -> dict[str, Any]:
+        """Hybrid search. `filters` takes sources, kinds, granularities, tags, since, until."""
+        result: dict[str, Any] = self.call(
+            "search", search_params(query, limit, mode, filters, explain, expand)
+        )
+        return result
+
+    def get(self, chunk_id: int) -> dict[str, Any]:
+        """One chunk by id."""
+        result: dict[str, Any] = self.call("get", {"id": chunk_id})
+        return result
+
+    def remember(
+        self,
+        text: str,
+        *,
+        memory_type: str = "semantic",
+        tags: Sequence[str] = (),
+        importance: float = 0.5,
+        event_time: float | str | None = None,
+    ) -> dict[str, Any]:
+        """Store a memory written directly."""
+        result: dict[str, Any] = self.call(
+            "remember", remember_params(text, memory_type, tags, importance, event_time)
+        )
+        return result
+
+    def forget(self, source: str | None = None, *, chunk_id: int | None = None) -> dict[str, Any]:
+        """Remove a document or memory by source, or the one holding a chunk."""
+        result: dict[str, Any] = self.call("forget", forget_params(source, chunk_id))
+        return result
+
+    def ingest(
+        self, path: str | os.PathLike[str], *, on_progress: ProgressCallback | None = None
+    ) -> dict[str, Any]:
+        """Ingest a file or folder now; progress goes to `on_progress`."""
+        result: dict[str, Any] = self.call(
+            "ingest", {"path": absolute(path)}, on_progress=on_progress
+        )
+        return result
+
+    def sources_list(self) -> list[dict[str, Any]]:
+        """Every watched folder."""
+        result: list[dict[str, Any]] = self.call("sources/list")["sources"]
+        return result
+
+    def sources_add(self, path: str | os.PathLike[str], *, kind: str = "auto") -> dict[str, Any]:
+        """Watch a folder from now on."""
+        result: dict[str, Any] = self.call("sources/add", {"path": absolute(path), "kind": kind})
+        return result
+
+    def sources_remove(
+        self, path: str | os.PathLike[str], *, forget: bool = False
+    ) -> dict[str, Any]:
+        """Stop watching a folder (and forget its documents with `forget=True`)."""
+        result: dict[str, Any] = self.call(
+            "sources/remove", {"path": absolute(path), "forget": forget}
+        )
+        return result
+
+    def status(self) -> dict[str, Any]:
+        """Versions, model, counts, queue depths, uptime."""
+        result: dict[str, Any] = self.call("status")
+        return result
+
+    def errors(self, *, limit: int = 100) -> list[dict[str, Any]]:
+        """The most recent ingest errors."""
+        result: list[dict[str, Any]] = self.call("errors/list", {"limit": limit})["errors"]
+        return result
+
+    def check(self) -> dict[str, Any]:
+        """Verify the store's invariants."""
+        result: dict[str, Any] = self.call("admin/check")
+        return result
+
+    def config_show(self) -> dict[str, Any]:
+        """The daemon's effective settings and their sources."""
+        result: dict[str, Any] = self.call("config/show")
+        return result

@@ -1,0 +1,365 @@
+"""The daemon's lifecycle, split uvicorn-style: `Config` (what to run), `Server` (running it).
+
+    startup ─▶ serve until the stop Event is set ─▶ shutdown
+      │           (SIGINT / SIGTERM set it; SIGHUP reloads the config)
+      ├ resolve settings                      ├ refuse new requests (-32001), stop accepting
+      ├ lock the store, bind the socket       ├ let requests in flight finish (timeout)
+      ├ create the drop folder                ├ drain the ingest queue (timeout)
+      ├ open the store and the model          ├ close the store
+      └ watch sources, reconcile them         └ unlink the socket, release the lock
+
+A failure before serving (bad config, locked store, live socket, model mismatch) exits with
+`STARTUP_FAILURE` (3) after a one-line reason on stderr. Logging is configured here and only
+here, from one dictConfig, and only when the daemon is the process's entry point.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import logging.config
+import os
+import signal
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from recalld import __version__
+from recalld.api import AsyncMemory
+from recalld.config import LoadedSettings, load_settings
+from recalld.daemon.methods import Context, Dispatcher
+from recalld.daemon.server import SocketServer, StoreLock
+from recalld.daemon.sources import SOURCES_FILE, SourceRegistry
+from recalld.embeddings.base import Embedder
+from recalld.errors import RecalldError
+from recalld.ingest.scheduler import Scheduler
+from recalld.ingest.watcher import PathFilter, Watcher
+from recalld.storage import readers
+
+logger = logging.getLogger(__name__)
+
+STARTUP_FAILURE = 3
+WATCH_SETTLE_S = 1.0
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("text", "json")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record, for journald and log shippers."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Render `record` as compact JSON."""
+        payload: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            payload["exc"] = self.formatException(record.exc_info)
+        return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
+
+
+def logging_config(level: str = "info", fmt: str = "text") -> dict[str, Any]:
+    """The daemon's one dictConfig: stderr, `level`, text or JSON lines."""
+    formatter: dict[str, Any] = (
+        {"()": f"{__name__}.JsonFormatter"}
+        if fmt == "json"
+        else {"format": "%(asctime)s %(levelname)-7s %(name)s: %(message)s"}
+    )
+    handler = {
+        "class": "logging.StreamHandler",
+        "stream": "ext://sys.stderr",
+        "formatter": "default",
+    }
+    return {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"default": formatter},
+        "handlers": {"stderr": handler},
+        "loggers": {
+            "recalld": {"handlers": ["stderr"], "level": level.upper(), "propagate": False},
+            "watchfiles": {"handlers": ["stderr"], "level": "WARNING", "propagate": False},
+        },
+    }
+
+
+def configure_logging(level: str = "info", fmt: str = "text") -> None:
+    """Configure logging for the daemon process (its entry point calls this, nothing else)."""
+    logging.config.dictConfig(logging_config(level, fmt))
+
+
+@dataclass
+class Config:
+    """What the daemon needs to start.
+
+    Attributes:
+        config_file: A config.toml; None means the default path if it exists.
+        env: The environment to resolve settings from (`os.environ` for the real daemon).
+        overrides: `--set section.key=value` flags.
+        log_level, log_format: Used only when `configure_logging` is set.
+        configure_logging: Set by the command-line entry point; tests leave logging alone.
+        install_signal_handlers: SIGINT / SIGTERM stop, SIGHUP reloads.
+        shutdown_timeout: Seconds for requests in flight and for draining the ingest queue.
+        debounce: Seconds a changed file must stay quiet before it is ingested.
+        embedder: An already-loaded model to share (tests); default: `embed.model`.
+    """
+
+    config_file: Path | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    overrides: Mapping[str, str] = field(default_factory=dict)
+    log_level: str = "info"
+    log_format: str = "text"
+    configure_logging: bool = False
+    install_signal_handlers: bool = True
+    shutdown_timeout: float = 10.0
+    debounce: float = 0.3
+    embedder: Embedder | None = None
+
+    def load(self) -> LoadedSettings:
+        """Resolve the settings (defaults < file < env < flags)."""
+        return load_settings(self.config_file, self.env, self.overrides)
+
+
+class Server:
+    """Runs one daemon: `await Server(config).serve()` returns the process exit code."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.should_exit = asyncio.Event()
+        self.started = asyncio.Event()
+        self.dispatcher = Dispatcher()
+        self.memory: AsyncMemory | None = None
+        self.scheduler: Scheduler | None = None
+        self.sources: SourceRegistry | None = None
+        self.watcher: Watcher | None = None
+        self._lock: StoreLock | None = None
+        self._socket: SocketServer | None = None
+        self._watch_stop = asyncio.Event()
+        self._reloads: set[asyncio.Task[None]] = set()
+
+    async def serve(self) -> int:
+        """Start, serve until stopped, shut down.
+
+        Returns:
+            0 after a clean stop, `STARTUP_FAILURE` (3) when it could not start, 1 when a task
+            failed unexpectedly.
+        """
+        self._install_signal_handlers()
+        try:
+            try:
+                await self.startup()
+            except RecalldError as exc:
+                logger.error("cannot start: %s", exc.message)
+                return STARTUP_FAILURE
+            except OSError as exc:
+                logger.error("cannot start: %s", exc)
+                return STARTUP_FAILURE
+            try:
+                await self.main_loop()
+            except Exception:
+                logger.exception("recalld stopped on an unexpected error")
+                return 1
+            return 0
+        finally:
+            await self.shutdown()
+            self._remove_signal_handlers()
+
+    async def startup(self) -> None:
+        """Take the store lock, bind the socket, open the store, start watching.
+
+        Raises:
+            RecalldError: Anything that keeps the daemon from serving (exit code 3).
+        """
+        loaded = self.config.load()
+        settings = loaded.settings
+        self._lock = StoreLock(settings.store_path)
+        self._lock.acquire()
+        # Bind early: a second daemon sees a live socket, clients get "starting" not "absent".
+        socket_server = SocketServer(settings.socket_path, self.dispatcher)
+        await socket_server.start()
+        self._socket = socket_server
+        drop = settings.drop_folder
+        drop.mkdir(parents=True, exist_ok=True)
+        logger.info("drop folder: %s (files copied here are ingested)", drop)
+        self.memory = await AsyncMemory.open(settings, embedder=self.config.embedder)
+        self.sources = SourceRegistry(settings)
+        wanted = PathFilter(
+            excluded=[settings.store_path, self._lock.path, Path(settings.data_dir) / SOURCES_FILE]
+        )
+        self.scheduler = Scheduler(self.memory.ingestor, wanted, debounce=self.config.debounce)
+        self.scheduler.sources = tuple(self.sources.all())
+        self.watcher = Watcher(self.scheduler.notify, wanted)
+        self.dispatcher.context = Context(
+            loaded=loaded,
+            memory=self.memory,
+            scheduler=self.scheduler,
+            sources=self.sources,
+            socket_path=settings.socket_path,
+            sources_changed=self.sources_changed,
+        )
+        for source in self.sources.all():
+            self.scheduler.scan(source.path)
+        await self._requeue_partial()
+        logger.info(
+            "recalld %s ready: store %s, model %s, %d sources, socket %s",
+            __version__,
+            settings.store_path,
+            self.memory.embedder.model_id,
+            len(self.sources.all()),
+            settings.socket_path,
+        )
+        self.started.set()
+
+    async def _requeue_partial(self) -> None:
+        # Documents under a source are found by the reconcile; these are the others.
+        assert self.memory is not None and self.scheduler is not None
+        counts = await self.memory.counts()
+        if not counts.get("partial_documents"):
+            return
+        docs = await self.memory.store.read(lambda c: readers.documents(c, "/", 10**9))
+        for doc in docs:
+            if doc.state == "partial" and self.scheduler.source_for(Path(doc.source)) is None:
+                logger.info("re-ingesting partial document %s", doc.source)
+                self.scheduler.notify(Path(doc.source), False)
+
+    async def main_loop(self) -> None:
+        """Serve until `should_exit` is set, with every task supervised by one TaskGroup."""
+        assert self.scheduler is not None and self._socket is not None
+        async with asyncio.TaskGroup() as group:
+            group.create_task(
+                self.scheduler.run(self.should_exit, self.config.shutdown_timeout),
+                name="recalld-scheduler",
+            )
+            group.create_task(self._watch_loop(), name="recalld-watcher")
+            await self.should_exit.wait()
+            logger.info("shutting down")
+            self.dispatcher.shutting_down = True
+            self._watch_stop.set()
+            await self._socket.stop(self.config.shutdown_timeout)
+
+    async def _watch_loop(self) -> None:
+        assert self.watcher is not None and self.sources is not None
+        watched: set[Path] = set()
+        async with asyncio.TaskGroup() as group:
+            while not self.should_exit.is_set():
+                self._watch_stop = asyncio.Event()
+                roots = [s.path for s in self.sources.all()]
+                # A file created between a folder's scan and the moment its inotify watch
+                # exists would be missed until the next start: scan new roots once more when
+                # the watcher has settled. The scan skips what it already has.
+                if new := [r for r in roots if r not in watched]:
+                    group.create_task(self._rescan_later(new))
+                watched = set(roots)
+                await self.watcher.run(roots, self._watch_stop)
+
+    async def _rescan_later(self, roots: list[Path]) -> None:
+        assert self.scheduler is not None
+        try:
+            async with asyncio.timeout(WATCH_SETTLE_S):
+                await self.should_exit.wait()
+        except TimeoutError:
+            for root in roots:
+                self.scheduler.scan(root)
+
+    def sources_changed(self) -> None:
+        """Restart the watcher on the current sources."""
+        assert self.scheduler is not None and self.sources is not None
+        self.scheduler.sources = tuple(self.sources.all())
+        self._watch_stop.set()
+
+    async def reload(self) -> None:
+        """Re-read the config (SIGHUP): sources and search settings apply at once."""
+        if self.dispatcher.context is None or self.sources is None or self.memory is None:
+            return
+        try:
+            loaded = self.config.load()
+        except RecalldError as exc:
+            logger.error("reload failed, keeping the old settings: %s", exc.message)
+            return
+        old = self.dispatcher.context.loaded.settings
+        new = loaded.settings
+        for name, before, after in (
+            ("store path", old.store_path, new.store_path),
+            ("embedding model", old.embed.model, new.embed.model),
+            ("socket", old.socket_path, new.socket_path),
+        ):
+            if before != after:
+                logger.warning(
+                    "%s changed from %s to %s; restart recalld to apply it", name, before, after
+                )
+        before_roots = {s.path for s in self.sources.all()}
+        self.sources.apply_settings(new)
+        self.memory.searcher.settings = new.search
+        self.dispatcher.context = replace(self.dispatcher.context, loaded=loaded)
+        self.sources_changed()
+        assert self.scheduler is not None
+        for source in self.sources.all():
+            if source.path not in before_roots:
+                if source.origin == "drop":
+                    source.path.mkdir(parents=True, exist_ok=True)
+                self.scheduler.scan(source.path)
+        logger.info("reloaded the config: %d sources", len(self.sources.all()))
+
+    async def shutdown(self) -> None:
+        """Close the store, unlink the socket and release the lock (safe to call twice)."""
+        self.dispatcher.shutting_down = True
+        if self._socket is not None:
+            await self._socket.stop(0)
+            self._socket = None
+        if self.memory is not None:
+            await self.memory.close()
+            self.memory = None
+            logger.info("store closed")
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    def _install_signal_handlers(self) -> None:
+        if not self.config.install_signal_handlers:
+            return
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._handle_exit, sig)
+        loop.add_signal_handler(signal.SIGHUP, self._handle_reload)
+
+    def _remove_signal_handlers(self) -> None:
+        if not self.config.install_signal_handlers:
+            return
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+
+    def _handle_exit(self, sig: signal.Signals) -> None:
+        if self.should_exit.is_set():
+            logger.info("%s again: already shutting down", sig.name)
+            return
+        logger.info("received %s", sig.name)
+        self.should_exit.set()
+
+    def _handle_reload(self) -> None:
+        task = asyncio.get_running_loop().create_task(self.reload())
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
+
+def run(config: Config) -> int:
+    """Run the daemon in this process (the `recalld serve` entry point). Returns the exit code."""
+    if config.configure_logging:
+        configure_logging(config.log_level, config.log_format)
+    try:
+        return asyncio.run(Server(config).serve())
+    except KeyboardInterrupt:  # pragma: no cover - only before the handlers are installed
+        return 130
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+
+
+def default_config(env: Mapping[str, str] | None = None, **kwargs: Any) -> Config:
+    """A `Config` on the process environment, for the command line."""
+    return Config(env=dict(os.environ if env is None else env), **kwargs)

@@ -1,0 +1,400 @@
+"""The JSON-RPC method table, and the one place where exceptions become error objects.
+
+Every method is `async def m(ctx, params, progress) -> result`. `Dispatcher.handle` runs it and
+maps what it raises:
+
+- `InvalidParams` → -32602 with `data.param`;
+- any `RecalldError` → its own `code` and message, with `data: {"type": ClassName, ...}`;
+- anything else → -32603, with the traceback logged here and nowhere else.
+
+The methods, their params, results and errors are documented in `docs/protocol.md`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from recalld import __version__, protocol
+from recalld.config import LoadedSettings, settings_as_dict
+from recalld.daemon.params import InvalidParams, Params
+from recalld.daemon.sources import SourceRegistry, source_dict
+from recalld.errors import NotFoundError, RecalldError
+from recalld.ingest.watcher import SOURCE_KINDS
+from recalld.retrieval.search import MODES
+from recalld.storage import check, readers
+from recalld.storage.schema import SCHEMA_VERSION
+from recalld.types import GRANULARITIES, KINDS, Chunk, Filters, Hit
+
+if TYPE_CHECKING:
+    # Only for annotations: importing them pulls in the chunkers and the embedders.
+    from recalld.api import AsyncMemory
+    from recalld.ingest.scheduler import Scheduler
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[dict[str, Any]], Awaitable[None]]
+Method = Callable[["Context", Params, Progress], Awaitable[Any]]
+
+
+@dataclass
+class Context:
+    """What methods act on: the open memory, the scheduler, the sources and daemon facts.
+
+    Attributes:
+        loaded: The effective settings and where each came from.
+        memory: The open store, embedder, ingestor and searcher.
+        scheduler: The watcher-fed ingest queue.
+        sources: The watched folders.
+        socket_path: Where the daemon listens.
+        sources_changed: Called after `sources/add|remove`, to restart the watcher.
+    """
+
+    loaded: LoadedSettings
+    memory: AsyncMemory
+    scheduler: Scheduler
+    sources: SourceRegistry
+    socket_path: Path
+    sources_changed: Callable[[], None]
+    started: float = field(default_factory=time.monotonic)
+    started_at: float = field(default_factory=time.time)
+
+
+def chunk_dict(chunk: Chunk) -> dict[str, Any]:
+    """A stored chunk as the protocol returns it."""
+    return {
+        "id": chunk.id,
+        "source": chunk.source,
+        "document_id": chunk.document_id,
+        "position": chunk.position,
+        "kind": chunk.kind,
+        "granularity": chunk.granularity,
+        "key": chunk.key,
+        "parent_id": chunk.parent_id,
+        "text": chunk.text,
+        "token_count": chunk.token_count,
+        "tags": list(chunk.tags),
+        "memory_type": chunk.memory_type,
+        "importance": chunk.importance,
+        "event_time": chunk.event_time,
+        "created_at": chunk.created_at,
+        "access_count": chunk.access_count,
+        "retrieval_count": chunk.retrieval_count,
+        "status": chunk.status,
+        "meta": chunk.meta,
+    }
+
+
+def hit_dict(hit: Hit, explain: bool) -> dict[str, Any]:
+    """One search hit as the protocol returns it."""
+    chunk = hit.chunk
+    out: dict[str, Any] = {
+        "id": chunk.id,
+        "source": chunk.source,
+        "text": chunk.text,
+        "score": hit.score,
+        "kind": chunk.kind,
+        "granularity": chunk.granularity,
+        "meta": chunk.meta,
+        "event_time": chunk.event_time,
+        "tags": list(chunk.tags),
+        "document_id": chunk.document_id,
+        "position": chunk.position,
+        "parent_id": chunk.parent_id,
+    }
+    if hit.context is not None:
+        out["context"] = hit.context
+    if explain:
+        out["explain"] = hit.explain
+    return out
+
+
+def _absolute(params: Params, name: str) -> Path:
+    path = Path(params.string(name))
+    if not path.is_absolute():
+        raise InvalidParams(
+            f"param {name!r} must be an absolute path (the daemon has its own working directory)",
+            name,
+        )
+    return path
+
+
+# -- methods ---------------------------------------------------------------------------------
+
+
+async def search(ctx: Context, params: Params, progress: Progress) -> Any:
+    """Hybrid search; see docs/protocol.md for params and result."""
+    query = params.string("query", blank=True)  # a blank query is the searcher's QueryError
+    limit = params.integer("limit", None, low=1, high=1000)
+    mode = params.string("mode", None)
+    if mode is not None and mode not in MODES:
+        raise InvalidParams(f"param 'mode' must be one of {', '.join(MODES)}", "mode")
+    explain = params.boolean("explain", False)
+    expand = params.integer("expand", None, low=0, high=20)
+    f = params.object("filters")
+    filters = Filters(
+        sources=f.strings("sources"),
+        kinds=f.strings("kinds", KINDS),
+        granularities=f.strings("granularities", GRANULARITIES),
+        tags=f.strings("tags"),
+        since=f.time("since"),
+        until=f.time("until"),
+    )
+    f.done()
+    params.done()
+    overrides: dict[str, Any] = {}
+    if mode is not None:
+        overrides["mode"] = mode
+    if expand is not None:
+        overrides["expand"] = expand
+    result = await ctx.memory.search(query, limit=limit, filters=filters, **overrides)
+    out: dict[str, Any] = {
+        "hits": [hit_dict(h, explain) for h in result.hits],
+        "tier": result.tier,
+        "rejected": result.rejected,
+    }
+    if explain:
+        out["explain"] = result.explain
+    return out
+
+
+async def get(ctx: Context, params: Params, progress: Progress) -> Any:
+    """One chunk by id (counted as an access)."""
+    chunk_id = params.integer("id", low=1)
+    params.done()
+    return chunk_dict(await ctx.memory.get(chunk_id))
+
+
+async def remember(ctx: Context, params: Params, progress: Progress) -> Any:
+    """Store a memory written directly; returns its chunk id."""
+    text = params.string("text")
+    memory_type = params.string("type", "semantic")
+    tags = params.strings("tags")
+    importance = params.number("importance", 0.5)
+    if not 0.0 <= importance <= 1.0:
+        raise InvalidParams("param 'importance' must be between 0 and 1", "importance")
+    event_time = params.time("event_time")
+    params.done()
+    report = await ctx.memory.remember(
+        text, memory_type=memory_type, tags=tags, importance=importance, event_time=event_time
+    )
+    ids: list[Chunk] = []
+    if report.document_id is not None:
+        doc_id = report.document_id
+        ids = await ctx.memory.store.read(lambda c: readers.neighbours(c, doc_id, 0, 0))
+    return {
+        "id": ids[0].id if ids else None,
+        "source": report.source,
+        "document_id": report.document_id,
+        "status": report.status,
+    }
+
+
+async def forget(ctx: Context, params: Params, progress: Progress) -> Any:
+    """Remove a document or memory by `source`, or the one holding chunk `id`."""
+    source = params.string("source", None)
+    chunk_id = params.integer("id", None, low=1)
+    params.done()
+    if (source is None) == (chunk_id is None):
+        raise InvalidParams("pass exactly one of 'source' or 'id'", "source")
+    if chunk_id is not None:
+        source = (await ctx.memory.get(chunk_id)).source
+    assert source is not None
+    if not await ctx.memory.forget(source):
+        raise NotFoundError(
+            f"nothing is stored for {source}; see `recalld search` or `recalld status`",
+            data={"source": source},
+        )
+    return {"forgotten": True, "source": source}
+
+
+async def ingest(ctx: Context, params: Params, progress: Progress) -> Any:
+    """Ingest a file or folder now, with `progress` notifications."""
+    path = _absolute(params, "path")
+    params.done()
+    report = await ctx.scheduler.ingest_now(path, progress)
+    return report.as_dict()
+
+
+async def sources_list(ctx: Context, params: Params, progress: Progress) -> Any:
+    """Every watched folder, the drop folder first."""
+    params.done()
+    return {"sources": [source_dict(s) for s in ctx.sources.all()]}
+
+
+async def sources_add(ctx: Context, params: Params, progress: Progress) -> Any:
+    """Watch a folder from now on (persisted) and scan it."""
+    path = _absolute(params, "path")
+    kind = params.string("kind", "auto")
+    if kind not in SOURCE_KINDS:
+        raise InvalidParams(f"param 'kind' must be one of {', '.join(SOURCE_KINDS)}", "kind")
+    params.done()
+    source = ctx.sources.add(os.fspath(path), kind)
+    ctx.sources_changed()
+    ctx.scheduler.scan(source.path)
+    return source_dict(source)
+
+
+async def sources_remove(ctx: Context, params: Params, progress: Progress) -> Any:
+    """Stop watching a run-time folder; `forget` also removes its documents."""
+    path = _absolute(params, "path")
+    forget_documents = params.boolean("forget", False)
+    params.done()
+    source = ctx.sources.remove(os.fspath(path))
+    ctx.sources_changed()
+    forgotten = 0
+    if forget_documents:
+        prefix = os.fspath(source.path) + os.sep
+        for doc in await ctx.memory.store.read(lambda c: readers.documents(c, prefix, 10**9)):
+            forgotten += int(await ctx.memory.forget(doc.source))
+    return {**source_dict(source), "forgotten": forgotten}
+
+
+async def status(ctx: Context, params: Params, progress: Progress) -> Any:
+    """Versions, model, counts, queue depths, errors, uptime, paths."""
+    params.done()
+    memory = ctx.memory
+    counts = await memory.counts()
+    depths = ctx.scheduler.depths()
+    settings = ctx.loaded.settings
+    return {
+        "state": "ready",
+        "version": __version__,
+        "protocol_version": protocol.PROTOCOL_VERSION,
+        "schema_version": SCHEMA_VERSION,
+        "model": memory.embedder.model_id,
+        "dimension": memory.embedder.dimension,
+        "pid": os.getpid(),
+        "uptime_s": round(time.monotonic() - ctx.started, 3),
+        "started_at": ctx.started_at,
+        "store": os.fspath(memory.store.path),
+        "socket": os.fspath(ctx.socket_path),
+        "drop_folder": os.fspath(settings.drop_folder),
+        "sources": len(ctx.sources.all()),
+        "counts": counts,
+        "queues": depths,
+        "pending": sum(depths.values()),
+        "errors": counts.get("errors", 0),
+        "ingested": ctx.scheduler.totals.as_dict(),
+    }
+
+
+async def errors_list(ctx: Context, params: Params, progress: Progress) -> Any:
+    """The most recent ingest errors."""
+    limit = params.integer("limit", 100, low=1, high=10_000)
+    params.done()
+    return {"errors": await ctx.memory.store.read(lambda c: readers.errors(c, limit))}
+
+
+async def admin_check(ctx: Context, params: Params, progress: Progress) -> Any:
+    """Verify the store's invariants (read-only)."""
+    params.done()
+    report = await asyncio.to_thread(check.check_store, ctx.memory.store.path)
+    return report
+
+
+async def config_show(ctx: Context, params: Params, progress: Progress) -> Any:
+    """The daemon's effective settings and where each came from."""
+    params.done()
+    values = settings_as_dict(ctx.loaded.settings)
+    return {
+        "settings": {
+            key: {"value": value, "source": ctx.loaded.sources.get(key, "default")}
+            for key, value in values.items()
+        }
+    }
+
+
+METHODS: dict[str, Method] = {
+    "search": search,
+    "get": get,
+    "remember": remember,
+    "forget": forget,
+    "ingest": ingest,
+    "sources/list": sources_list,
+    "sources/add": sources_add,
+    "sources/remove": sources_remove,
+    "status": status,
+    "errors/list": errors_list,
+    "admin/check": admin_check,
+    "config/show": config_show,
+}
+
+
+# -- dispatch --------------------------------------------------------------------------------
+
+
+def error_object(exc: BaseException, method: str = "?") -> tuple[int, str, dict[str, Any] | None]:
+    """Map an exception to `(code, message, data)`: the only such mapping in the daemon."""
+    if isinstance(exc, InvalidParams):
+        return protocol.INVALID_PARAMS, exc.message, {"param": exc.param} if exc.param else None
+    if isinstance(exc, RecalldError):
+        return exc.code, exc.message, {**exc.data, "type": type(exc).__name__}
+    logger.error("internal error in %s", method, exc_info=exc)
+    return (
+        protocol.INTERNAL_ERROR,
+        f"internal error ({type(exc).__name__}); see the daemon log",
+        None,
+    )
+
+
+class Dispatcher:
+    """Routes requests to methods once the daemon is ready; refuses them while it is not."""
+
+    def __init__(self) -> None:
+        self.context: Context | None = None
+        self.shutting_down = False
+
+    async def handle(
+        self, request: protocol.Request, send: Callable[[dict[str, Any]], Awaitable[None]]
+    ) -> dict[str, Any] | None:
+        """Run one request. Returns its response, or None for a notification."""
+        response = await self._run(request, send)
+        return None if request.is_notification else response
+
+    async def _run(
+        self, request: protocol.Request, send: Callable[[dict[str, Any]], Awaitable[None]]
+    ) -> dict[str, Any]:
+        method = METHODS.get(request.method)
+        if method is None:
+            return protocol.error_response(
+                request.id,
+                protocol.METHOD_NOT_FOUND,
+                f"unknown method {request.method!r}; known: {', '.join(sorted(METHODS))}",
+            )
+        if self.shutting_down:
+            return protocol.error_response(
+                request.id,
+                protocol.SHUTTING_DOWN,
+                protocol.STANDARD_MESSAGES[protocol.SHUTTING_DOWN],
+            )
+        if self.context is None:
+            return protocol.error_response(
+                request.id, protocol.NOT_READY, "the daemon is starting up; retry in a moment"
+            )
+
+        async def progress(params: dict[str, Any]) -> None:
+            if not request.is_notification:
+                await send(
+                    protocol.notification(protocol.PROGRESS, {"token": request.id, **params})
+                )
+
+        started = time.perf_counter()
+        try:
+            result = await method(self.context, Params(request.params), progress)
+        except Exception as exc:
+            code, message, data = error_object(exc, request.method)
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("%s failed with %d: %s", request.method, code, message)
+            return protocol.error_response(request.id, code, message, data)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "%s answered in %.1f ms", request.method, (time.perf_counter() - started) * 1000
+            )
+        return protocol.result_response(request.id, result)

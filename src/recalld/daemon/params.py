@@ -1,0 +1,142 @@
+"""Typed access to a request's named params, so every method validates the same way.
+
+A missing required param, a value of the wrong type, or a param the method does not know all
+raise `InvalidParams`, which the dispatcher answers with -32602 naming the param.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+_MISSING: Any = object()
+
+
+class InvalidParams(Exception):
+    """A param is missing, unknown or of the wrong type.
+
+    Args:
+        message: What is wrong and what was expected.
+        param: The param's name.
+    """
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.param = param
+
+
+def _type_name(kind: type | tuple[type, ...]) -> str:
+    names = {
+        "str": "a string",
+        "int": "an integer",
+        "float": "a number",
+        "bool": "a boolean",
+        "list": "a list",
+        "dict": "an object",
+    }
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join(names.get(k.__name__, k.__name__) for k in kinds)
+
+
+class Params:
+    """A request's params, read one by one with `str`, `int`, ..., then closed with `done`."""
+
+    def __init__(self, raw: dict[str, Any], prefix: str = "") -> None:
+        self.raw = raw
+        self.prefix = prefix
+        self._used: set[str] = set()
+
+    def _get(self, name: str, kind: type | tuple[type, ...], default: Any) -> Any:
+        self._used.add(name)
+        value = self.raw.get(name, _MISSING)
+        if value is _MISSING or value is None:
+            if default is _MISSING:
+                raise InvalidParams(f"missing param {self.prefix + name!r}", self.prefix + name)
+            return default
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        # bool is an int in Python but not in JSON; int is accepted where a float is expected.
+        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+        if not ok and float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            value, ok = float(value), True
+        if not ok:
+            raise InvalidParams(
+                f"param {self.prefix + name!r} must be {_type_name(kind)}", self.prefix + name
+            )
+        return value
+
+    def string(self, name: str, default: Any = _MISSING, *, blank: bool = False) -> Any:
+        """A string param (not blank when required, unless `blank`)."""
+        value = self._get(name, str, default)
+        if default is _MISSING and not blank and not value.strip():
+            raise InvalidParams(
+                f"param {self.prefix + name!r} must not be empty", self.prefix + name
+            )
+        return value
+
+    def integer(
+        self, name: str, default: Any = _MISSING, *, low: int | None = None, high: int | None = None
+    ) -> Any:
+        """An integer param, optionally bounded."""
+        value = self._get(name, int, default)
+        if value is not None and (
+            (low is not None and value < low) or (high is not None and value > high)
+        ):
+            raise InvalidParams(
+                f"param {self.prefix + name!r} must be between {low} and {high}", self.prefix + name
+            )
+        return value
+
+    def number(self, name: str, default: Any = _MISSING) -> Any:
+        """A number param."""
+        return self._get(name, float, default)
+
+    def boolean(self, name: str, default: Any = _MISSING) -> Any:
+        """A boolean param."""
+        return self._get(name, bool, default)
+
+    def strings(self, name: str, allowed: tuple[str, ...] | None = None) -> tuple[str, ...]:
+        """A list of strings (a single string is taken as a list of one); default empty."""
+        value = self._get(name, (list, str), [])
+        items = [value] if isinstance(value, str) else value
+        if not all(isinstance(v, str) for v in items):
+            raise InvalidParams(
+                f"param {self.prefix + name!r} must be a list of strings", self.prefix + name
+            )
+        if allowed is not None:
+            for item in items:
+                if item not in allowed:
+                    raise InvalidParams(
+                        f"param {self.prefix + name!r}: {item!r} is not one of "
+                        f"{', '.join(allowed)}",
+                        self.prefix + name,
+                    )
+        return tuple(items)
+
+    def time(self, name: str) -> float | None:
+        """A point in time: unix seconds, or an ISO 8601 date or date-time (UTC if naive)."""
+        value = self._get(name, (int, float, str), None)
+        if value is None or isinstance(value, float | int):
+            return None if value is None else float(value)
+        try:
+            parsed = dt.datetime.fromisoformat(value)
+        except ValueError as exc:
+            raise InvalidParams(
+                f"param {self.prefix + name!r} must be unix seconds or an ISO 8601 date",
+                self.prefix + name,
+            ) from exc
+        if parsed.tzinfo is None:
+            parsed = parsed.replace(tzinfo=dt.UTC)
+        return parsed.timestamp()
+
+    def object(self, name: str) -> Params:
+        """A nested object param, read the same way; default empty."""
+        return Params(self._get(name, dict, {}), f"{self.prefix}{name}.")
+
+    def done(self) -> None:
+        """Refuse params the method did not read (typos should not pass silently)."""
+        unknown = sorted(set(self.raw) - self._used)
+        if unknown:
+            raise InvalidParams(
+                f"unknown param {self.prefix + unknown[0]!r}", self.prefix + unknown[0]
+            )

@@ -1,0 +1,565 @@
+"""The scheduler: from file-system events and scans to ingested documents.
+
+    watcher ─▶ notify(path) ─▶ debounce (per path) ─┐
+    scan(root) ─▶ reconcile (mtime + size) ─────────┴▶ bounded job queue ─▶ worker ─▶ Ingestor
+
+- **Debounce**: events for one path are merged until it has been quiet for `debounce` seconds
+  (at most `max_delay`, so a log that is appended to every second still gets ingested).
+- **Reconcile**: a scan compares every file under a root with its stored document (mtime and
+  size, then the Ingestor's content-hash skip) and removes documents whose file is gone, so
+  changes made while the daemon was down are picked up. A directory event triggers a scan of
+  that directory.
+- **Back-pressure**: the job queue is bounded, so a scan of a 100k-file folder waits for the
+  worker instead of loading the tree.
+- **Batches**: the worker takes up to `batch_files` jobs at once and ingests them with one
+  `Ingestor.ingest_many` call, so small files share embedding batches.
+- **Renames** arrive as a deletion and an addition; when both land in one batch and the content
+  hash matches, the document is moved instead of re-embedded.
+- **Failures** of one file go to the store's errors table (the Ingestor records its own) and
+  never stop the pipeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recalld.errors import IngestError, NotFoundError, RecalldError
+from recalld.ingest.pipeline import Ingestor, IngestReport, content_hash
+from recalld.ingest.watcher import FileState, PathFilter, WatchedSource, accepts, walk
+from recalld.storage import readers, writer
+from recalld.types import Document
+
+logger = logging.getLogger(__name__)
+
+# Stored documents under a root are loaded as one map for a reconcile; this bounds it.
+_MAX_DOCUMENTS = 10_000_000
+MAX_REPORTED_ERRORS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A path to bring in line with the store: ingest it, or remove it when `deleted`."""
+
+    path: Path
+    deleted: bool = False
+
+
+@dataclass(slots=True)
+class BatchReport:
+    """What a run of jobs did; `errors` holds the first few failures."""
+
+    files: int = 0
+    ingested: int = 0
+    unchanged: int = 0
+    empty: int = 0
+    failed: int = 0
+    deleted: int = 0
+    moved: int = 0
+    chunks: int = 0
+    embedded: int = 0
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, other: BatchReport) -> None:
+        """Add another report's counts to this one."""
+        for name in (
+            "files",
+            "ingested",
+            "unchanged",
+            "empty",
+            "failed",
+            "deleted",
+            "moved",
+            "chunks",
+            "embedded",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        room = MAX_REPORTED_ERRORS - len(self.errors)
+        self.errors.extend(other.errors[: max(0, room)])
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready copy."""
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    path: Path
+    source: str
+    data: bytes
+    mtime: float
+    size: int
+
+
+def _read(path: Path, max_bytes: int) -> _Read | FileState | None:
+    """Read a file for ingest; None when it is gone, its `FileState` when it is a folder."""
+    try:
+        stat = path.stat()
+    except FileNotFoundError:
+        return None
+    if path.is_dir():
+        return FileState(path, stat.st_mtime, -1)
+    if stat.st_size > max_bytes:
+        raise IngestError(
+            f"{path} is {stat.st_size / 2**20:.0f} MiB, over the {max_bytes / 2**20:.0f} MiB "
+            "limit; raise daemon.max_file_mb to ingest it",
+            data={"path": str(path), "reason": "too large"},
+        )
+    with path.open("rb") as handle:
+        data = handle.read(max_bytes + 1)
+    return _Read(path, os.fspath(path), data, stat.st_mtime, stat.st_size)
+
+
+def _unchanged(doc: Document | None, mtime: float, size: int) -> bool:
+    return (
+        doc is not None
+        and doc.state == "complete"
+        and doc.size == size
+        and doc.mtime is not None
+        and abs(doc.mtime - mtime) < 1e-6
+    )
+
+
+class Scheduler:
+    """Debounces changes, reconciles folders and feeds the Ingestor from a bounded queue.
+
+    Args:
+        ingestor: The pipeline that chunks, embeds and writes.
+        wanted: Which paths may be ingested.
+        debounce: Seconds a path must stay quiet before it is processed.
+        max_delay: Longest a busy path waits.
+        queue_size: Bound of the job queue.
+        batch_files: Files ingested together (sharing embedding batches).
+    """
+
+    def __init__(
+        self,
+        ingestor: Ingestor,
+        wanted: PathFilter,
+        *,
+        debounce: float = 0.3,
+        max_delay: float = 5.0,
+        queue_size: int = 1024,
+        batch_files: int = 16,
+    ) -> None:
+        self.ingestor = ingestor
+        self.wanted = wanted
+        self.debounce = debounce
+        self.max_delay = max_delay
+        self.batch_files = batch_files
+        self.sources: tuple[WatchedSource, ...] = ()
+        self.totals = BatchReport()
+        self._pending: dict[Path, tuple[bool, float, float]] = {}
+        self._wake = asyncio.Event()
+        self._jobs: asyncio.Queue[Job] = asyncio.Queue(queue_size)
+        self._scans: asyncio.Queue[Path] = asyncio.Queue()
+        self._scanning = 0
+        self._in_flight = 0
+        # Files that failed, by (mtime, size): not retried on every event or scan until they
+        # change, so an unreadable file is reported once, not in a loop.
+        self._failed: dict[str, tuple[float, int]] = {}
+        self._queued: set[Path] = set()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    # -- feeding ---------------------------------------------------------------------------
+
+    def notify(self, path: Path, deleted: bool) -> None:
+        """Record a change; it is processed once the path has been quiet for `debounce`."""
+        now = time.monotonic()
+        first = self._pending[path][2] if path in self._pending else now
+        self._pending[path] = (deleted, min(now + self.debounce, first + self.max_delay), first)
+        self._idle.clear()
+        self._wake.set()
+
+    def scan(self, root: Path) -> None:
+        """Reconcile everything under `root` (a folder or a file) with the store."""
+        self._scans.put_nowait(root)
+        self._idle.clear()
+
+    def source_for(self, path: Path) -> WatchedSource | None:
+        """The watched source that holds `path` (the deepest one), if any."""
+        best: WatchedSource | None = None
+        for source in self.sources:
+            if path == source.path or source.path in path.parents:
+                if best is None or len(source.path.parts) > len(best.path.parts):
+                    best = source
+        return best
+
+    # -- state -----------------------------------------------------------------------------
+
+    def depths(self) -> dict[str, int]:
+        """Queue depths for `status`: debouncing events, queued jobs, scans, files in work."""
+        return {
+            "events": len(self._pending),
+            "jobs": self._jobs.qsize(),
+            "scans": self._scans.qsize() + self._scanning,
+            "in_flight": self._in_flight,
+        }
+
+    @property
+    def pending(self) -> int:
+        """Everything not yet done."""
+        return sum(self.depths().values())
+
+    async def wait_idle(self) -> None:
+        """Wait until nothing is pending."""
+        await self._idle.wait()
+
+    def _check_idle(self) -> None:
+        if self.pending == 0:
+            self._idle.set()
+
+    # -- running ---------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event, drain_timeout: float = 10.0) -> None:
+        """Run the debouncer, the scanner and the worker until `stop` is set, then drain.
+
+        Draining processes what is queued for at most `drain_timeout` seconds; whatever is
+        left is found again by the start-up reconcile.
+        """
+        async with asyncio.TaskGroup() as group:
+            loops = [
+                group.create_task(self._debounce_loop(), name="recalld-debounce"),
+                group.create_task(self._scan_loop(), name="recalld-scan"),
+                group.create_task(self._work_loop(), name="recalld-ingest"),
+            ]
+            await stop.wait()
+            loops[1].cancel()  # an unfinished scan is redone at the next start
+            for path, (deleted, _, _) in list(self._pending.items()):
+                self._pending.pop(path, None)
+                with contextlib.suppress(asyncio.QueueFull):
+                    self._jobs.put_nowait(Job(path, deleted))
+            left = self._jobs.qsize() + self._in_flight
+            if left:
+                logger.info("draining %d queued files (up to %g s)", left, drain_timeout)
+            try:
+                async with asyncio.timeout(drain_timeout):
+                    await self._jobs.join()
+            except TimeoutError:
+                logger.warning(
+                    "stopped with %d files still queued; they are picked up at the next start",
+                    self._jobs.qsize() + self._in_flight,
+                )
+            for task in loops:
+                task.cancel()
+
+    async def _debounce_loop(self) -> None:
+        while True:
+            if not self._pending:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            now = time.monotonic()
+            due = [p for p, (_, at, _) in self._pending.items() if at <= now]
+            if not due:
+                await asyncio.sleep(min(at for _, at, _ in self._pending.values()) - now)
+                continue
+            for path in due:
+                # Take the job out of `_pending` only once the queue has room, so `depths`
+                # always counts it somewhere.
+                deleted = self._pending[path][0]
+                await self._enqueue(Job(path, deleted), force=True)
+                self._pending.pop(path, None)
+
+    async def _scan_loop(self) -> None:
+        while True:
+            root = await self._scans.get()
+            self._scanning += 1
+            try:
+                await self.reconcile(root, self._enqueue)
+            except Exception:
+                logger.exception("scan of %s failed", root)
+            finally:
+                self._scanning -= 1
+                self._check_idle()
+
+    async def reconcile(self, root: Path, put: Callable[[Job], Awaitable[None]]) -> int:
+        """Queue every file under `root` that differs from the store, and every stored
+        document whose file is gone. Returns the number of jobs queued."""
+        started = time.monotonic()
+        source = self.source_for(root)
+        kind = source.kind if source else "auto"
+        prefix = os.fspath(root)
+        stored: dict[str, tuple[float | None, int | None, str]] = {}
+        for doc in await self.ingestor.store.read(
+            lambda c: readers.documents(c, prefix, _MAX_DOCUMENTS)
+        ):
+            if doc.source == prefix or doc.source.startswith(prefix.rstrip(os.sep) + os.sep):
+                stored[doc.source] = (doc.mtime, doc.size, doc.state)
+        queued = seen = 0
+        async for state in walk(root, self.wanted):
+            seen += 1
+            key = os.fspath(state.path)
+            known = stored.pop(key, None)
+            if not accepts(kind, state.path):
+                continue
+            if (
+                known is not None
+                and known[2] == "complete"
+                and known[1] == state.size
+                and (known[0] is not None and abs(known[0] - state.mtime) < 1e-6)
+            ):
+                continue
+            await put(Job(state.path))
+            queued += 1
+        for gone in stored:
+            await put(Job(Path(gone), deleted=True))
+            queued += 1
+        logger.info(
+            "reconciled %s: %d files, %d to update (%.1f s)",
+            root,
+            seen,
+            queued,
+            time.monotonic() - started,
+        )
+        return queued
+
+    async def _enqueue(self, job: Job, force: bool = False) -> None:
+        # A scan skips files already waiting in the queue (a rescan while the first scan's
+        # files are still queued would ingest them twice); watcher events always go in.
+        if job.path in self._queued and not force:
+            return
+        self._queued.add(job.path)
+        await self._jobs.put(job)
+
+    async def _work_loop(self) -> None:
+        while True:
+            batch = [await self._jobs.get()]
+            while len(batch) < self.batch_files and not self._jobs.empty():
+                batch.append(self._jobs.get_nowait())
+            for job in batch:
+                self._queued.discard(job.path)
+            self._in_flight = len(batch)
+            try:
+                report = await self.process(batch)
+                self.totals.add(report)
+            except Exception:
+                # process() already isolates files; this is a bug, not a bad file.
+                logger.exception("ingest batch of %d files failed", len(batch))
+            finally:
+                self._in_flight = 0
+                for _ in batch:
+                    self._jobs.task_done()
+                self._check_idle()
+
+    # -- processing ------------------------------------------------------------------------
+
+    async def ingest_now(
+        self, root: Path, progress: Callable[[dict[str, Any]], Awaitable[None]] | None = None
+    ) -> BatchReport:
+        """Ingest a file or every file under a folder now, whether watched or not.
+
+        Args:
+            root: A file (ingested even if the ignore rules would skip it) or a folder.
+            progress: Awaited after each batch with `{"done", "total", "path"}`.
+
+        Raises:
+            NotFoundError: `root` does not exist.
+        """
+        exists, is_file = await asyncio.to_thread(lambda: (root.exists(), root.is_file()))
+        if not exists:
+            raise NotFoundError(f"{root} does not exist", data={"path": str(root)})
+        if is_file:
+            total = 1
+        else:
+            total = 0
+            async for _ in walk(root, self.wanted):
+                total += 1
+        report = BatchReport()
+        batch: list[Job] = []
+
+        async def flush() -> None:
+            report.add(await self.process(batch, explicit=True))
+            if progress is not None:
+                await progress(
+                    {
+                        "done": report.files,
+                        "total": max(total, report.files),
+                        "path": os.fspath(batch[-1].path),
+                    }
+                )
+            batch.clear()
+
+        if is_file:
+            batch.append(Job(root))
+        else:
+            async for state in walk(root, self.wanted):
+                batch.append(Job(state.path))
+                if len(batch) >= self.batch_files:
+                    await flush()
+        if batch:
+            await flush()
+        logger.info(
+            "ingested %s: %d files, %d chunks (%d embedded), %d failed",
+            root,
+            report.files,
+            report.chunks,
+            report.embedded,
+            report.failed,
+        )
+        return report
+
+    async def process(self, jobs: Iterable[Job], *, explicit: bool = False) -> BatchReport:
+        """Bring each job's path in line with the store.
+
+        Args:
+            jobs: Paths to ingest, or to remove when they no longer exist.
+            explicit: Asked for by a client: skip the ignore rules and source kinds, and do not
+                follow folders (a watcher event on a folder queues a scan of it instead).
+        """
+        report = BatchReport()
+        latest: dict[Path, Job] = {}
+        for job in jobs:
+            latest[job.path] = job
+        reads: list[_Read] = []
+        gone: list[str] = []
+        for path in latest:
+            source = None if explicit else self.source_for(path)
+            if source is not None and not accepts(source.kind, path):
+                continue
+            try:
+                found = await asyncio.to_thread(_read, path, self.ingestor.max_file_bytes)
+            except (OSError, IngestError) as exc:
+                await self._fail(report, os.fspath(path), exc)
+                continue
+            if found is None:
+                gone.append(os.fspath(path))
+            elif isinstance(found, FileState):
+                if not explicit:
+                    self.scan(path)  # a folder appeared or changed: reconcile it
+            elif explicit or self.wanted.wanted(found.source):
+                reads.append(found)
+        await self._remove(gone, reads, report)
+        if reads:
+            await self._ingest(reads, report, explicit)
+        return report
+
+    async def _remove(self, gone: list[str], reads: list[_Read], report: BatchReport) -> None:
+        if not gone:
+            return
+        # A rename is a deletion plus an addition with the same content: move the document.
+        by_hash: dict[str, _Read] = {}
+        for item in reads:
+            by_hash.setdefault(content_hash(item.data), item)
+        for source in gone:
+            doc = await self._document(source)
+            target = by_hash.pop(doc.content_hash, None) if doc is not None else None
+            if target is not None:
+                existing = await self._document(target.source)
+                if existing is None:
+                    await self._move(source, target.source)
+                    logger.info("moved %s to %s", source, target.source)
+                    report.moved += 1
+                    continue
+            if doc is not None and await self.ingestor.forget(source):
+                logger.info("removed %s", source)
+                report.deleted += 1
+            # A deleted folder: everything stored under it goes too.
+            inside = await self._documents_under(source + os.sep)
+            for child in inside:
+                if await self.ingestor.forget(child.source):
+                    report.deleted += 1
+            if inside:
+                logger.info("removed %d documents under %s", len(inside), source)
+
+    async def _ingest(
+        self, reads: list[_Read], report: BatchReport, explicit: bool = False
+    ) -> None:
+        todo: list[_Read] = []
+        for item in reads:
+            doc = await self._document(item.source)
+            report.files += 1
+            if _unchanged(doc, item.mtime, item.size):
+                report.unchanged += 1
+                report.chunks += doc.chunk_count if doc else 0
+            elif not explicit and self._failed.get(item.source) == (item.mtime, item.size):
+                report.failed += 1
+            else:
+                todo.append(item)
+        if not todo:
+            return
+        items = [(r.source, r.path.name, r.data, r.mtime, r.size) for r in todo]
+        try:
+            for result in await self.ingestor.ingest_many(items):
+                self._count(report, result)
+                self._failed.pop(result.source, None)
+        except RecalldError:
+            # The Ingestor ingested the others and recorded every failure; find out which.
+            for item in todo:
+                doc = await self._document(item.source)
+                if doc is not None and doc.content_hash == content_hash(item.data):
+                    report.ingested += 1
+                    report.chunks += doc.chunk_count
+                    self._failed.pop(item.source, None)
+                else:
+                    self._failed[item.source] = (item.mtime, item.size)
+                    await self._note_failure(report, item.source)
+        except Exception:
+            if len(todo) == 1:
+                logger.exception("unexpected failure ingesting %s", todo[0].source)
+                self._failed[todo[0].source] = (todo[0].mtime, todo[0].size)
+                await self._fail(report, todo[0].source, None)
+                return
+            # Isolate the file that broke the batch.
+            for item in todo:
+                single = BatchReport()
+                await self._ingest([item], single, explicit)
+                single.files -= 1
+                report.add(single)
+
+    async def _document(self, source: str) -> Document | None:
+        return await self.ingestor.store.read(lambda c: readers.document_by_source(c, source))
+
+    async def _documents_under(self, prefix: str) -> list[Document]:
+        return await self.ingestor.store.read(
+            lambda c: readers.documents(c, prefix, _MAX_DOCUMENTS)
+        )
+
+    async def _move(self, old: str, new: str) -> bool:
+        return await self.ingestor.store.write(lambda c: writer.move_document(c, old, new))
+
+    def _count(self, report: BatchReport, result: IngestReport) -> None:
+        report.chunks += result.chunks
+        report.embedded += result.embedded
+        if result.status == "unchanged":
+            report.unchanged += 1
+        elif result.status == "empty":
+            report.empty += 1
+        else:
+            report.ingested += 1
+
+    async def _note_failure(self, report: BatchReport, source: str) -> None:
+        report.failed += 1
+        if len(report.errors) < MAX_REPORTED_ERRORS:
+            rows = await self.ingestor.store.read(lambda c: readers.errors(c, 50))
+            match = next((r for r in rows if r["source"] == source), None)
+            report.errors.append(
+                {
+                    "path": source,
+                    "type": match["type"] if match else "Error",
+                    "message": match["message"] if match else "not ingested",
+                }
+            )
+
+    async def _fail(self, report: BatchReport, source: str, exc: BaseException | None) -> None:
+        if isinstance(exc, RecalldError):
+            kind, message = type(exc).__name__, exc.message
+        elif isinstance(exc, OSError):
+            kind, message = "IngestError", f"cannot read {source}: {exc.strerror or exc}"
+        else:
+            kind, message = "InternalError", "unexpected failure; see the daemon log"
+        if exc is not None:
+            logger.warning("cannot ingest %s: %s", source, message)
+        report.files += 1
+        report.failed += 1
+        if len(report.errors) < MAX_REPORTED_ERRORS:
+            report.errors.append({"path": source, "type": kind, "message": message})
+        await self.ingestor.store.write(lambda c: writer.record_error(c, source, kind, message))

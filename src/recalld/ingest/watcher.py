@@ -1,0 +1,221 @@
+"""Watching source folders: which files count, walking a tree, and `awatch` over every root.
+
+The watcher only reports; the scheduler (`recalld.ingest.scheduler`) decides what to do. Each
+change arrives as a path and a flag saying whether it was deleted: added and modified are
+treated alike, because inotify reports a file created inside a new directory as `modified` and
+an editor's atomic save as `added` (watchfiles' own advice), and the scheduler stats the path
+when it processes it anyway.
+
+Ignored everywhere: VCS and tool folders (`.git`, `node_modules`, `__pycache__`, caches),
+virtualenvs (any folder holding a `pyvenv.cfg`), editor temporary files (`*.swp`, `*~`, `.#*`,
+`*.tmp`, ...), and the store's own files.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import logging
+import os
+import re
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import watchfiles
+
+logger = logging.getLogger(__name__)
+
+IGNORED_DIRS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        ".bzr",
+        "node_modules",
+        "__pycache__",
+        ".venv",
+        "venv",
+        ".tox",
+        ".nox",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".hypothesis",
+        ".idea",
+        ".cache",
+        ".eggs",
+        "site-packages",
+    }
+)
+IGNORED_FILES = (
+    "*.swp",
+    "*.swo",
+    "*.swx",
+    "*~",
+    ".#*",
+    "#*#",
+    "*.tmp",
+    "*.temp",
+    "*.part",
+    "*.crdownload",
+    "*.py[cod]",
+    ".DS_Store",
+    "Thumbs.db",
+    "4913",
+    "*.___jb_*___",
+    "*.lock",
+)
+_IGNORED_FILES_RE = re.compile("|".join(fnmatch.translate(p) for p in IGNORED_FILES))
+
+# What each source kind takes in; `auto` lets the chunkers pick by extension and shape.
+SOURCE_KINDS = ("auto", "documents", "code", "conversations")
+_CONVERSATION_SUFFIXES = frozenset({".json", ".jsonl", ".ndjson"})
+
+
+@dataclass(frozen=True, slots=True)
+class WatchedSource:
+    """A folder recalld keeps in sync.
+
+    Attributes:
+        path: The folder, absolute and resolved.
+        kind: One of `SOURCE_KINDS`; `conversations` only takes JSON and JSONL logs.
+        origin: `config` (daemon.watch), `runtime` (added over the socket) or `drop`.
+    """
+
+    path: Path
+    kind: str = "auto"
+    origin: str = "runtime"
+
+
+@dataclass(frozen=True, slots=True)
+class FileState:
+    """A file found by a scan, with what is needed to skip it cheaply."""
+
+    path: Path
+    mtime: float
+    size: int
+
+
+def is_ignored_name(name: str, *, is_dir: bool) -> bool:
+    """True for a folder or file name that is never ingested."""
+    if is_dir:
+        return name in IGNORED_DIRS
+    return _IGNORED_FILES_RE.match(name) is not None
+
+
+def accepts(kind: str, path: Path) -> bool:
+    """Whether a source of `kind` takes this file."""
+    if kind == "conversations":
+        return path.suffix.lower() in _CONVERSATION_SUFFIXES
+    return True
+
+
+class PathFilter:
+    """Decides which paths count, as a `watchfiles` filter and for scans.
+
+    Args:
+        excluded: Files and folders never ingested (the store and its WAL, the lock file).
+    """
+
+    def __init__(self, excluded: Iterable[Path] = ()) -> None:
+        self.excluded = frozenset(os.fspath(p) for p in excluded)
+
+    def __call__(self, change: watchfiles.Change, path: str) -> bool:
+        return self.wanted(path)
+
+    def wanted(self, path: str) -> bool:
+        """True when `path` may be ingested: no ignored part, not an excluded file."""
+        if path in self.excluded or any(path.startswith(e + "-") for e in self.excluded):
+            return False
+        parts = Path(path).parts
+        if any(part in IGNORED_DIRS for part in parts[:-1]):
+            return False
+        return not is_ignored_name(parts[-1], is_dir=False) if parts else False
+
+
+def _list_dir(folder: Path, wanted: PathFilter) -> tuple[list[FileState], list[Path]]:
+    files: list[FileState] = []
+    folders: list[Path] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError as exc:
+        logger.warning("cannot list %s: %s", folder, exc.strerror or exc)
+        return files, folders
+    if any(e.name == "pyvenv.cfg" for e in entries):
+        return files, folders  # a virtualenv
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                if not is_ignored_name(entry.name, is_dir=True):
+                    folders.append(Path(entry.path))
+            elif entry.is_file(follow_symlinks=True):
+                if is_ignored_name(entry.name, is_dir=False) or not wanted.wanted(entry.path):
+                    continue
+                stat = entry.stat()
+                files.append(FileState(Path(entry.path), stat.st_mtime, stat.st_size))
+        except OSError:
+            continue  # vanished while listing; its event follows
+    return files, folders
+
+
+async def walk(root: Path, wanted: PathFilter | None = None) -> AsyncIterator[FileState]:
+    """Every wanted file under `root`, one folder listing at a time in a worker thread.
+
+    Streams: a folder of 100k files is never held in memory as a whole.
+    """
+    wanted = wanted or PathFilter()
+    if await asyncio.to_thread(root.is_file):
+        if wanted.wanted(os.fspath(root)):
+            stat = await asyncio.to_thread(root.stat)
+            yield FileState(root, stat.st_mtime, stat.st_size)
+        return
+    stack = [root]
+    while stack:
+        folder = stack.pop()
+        files, folders = await asyncio.to_thread(_list_dir, folder, wanted)
+        for state in sorted(files, key=lambda f: f.path):
+            yield state
+        stack.extend(sorted(folders, reverse=True))
+
+
+Sink = Callable[[Path, bool], None]
+
+
+class Watcher:
+    """`watchfiles.awatch` over every watched root, feeding `sink(path, deleted)`.
+
+    Args:
+        sink: Called for every wanted change; `deleted` is True for a deletion.
+        wanted: The path filter.
+        debounce_ms: watchfiles' own grouping delay; the scheduler debounces again per path.
+    """
+
+    def __init__(self, sink: Sink, wanted: PathFilter, debounce_ms: int = 200) -> None:
+        self.sink = sink
+        self.wanted = wanted
+        self.debounce_ms = debounce_ms
+        self.roots: tuple[Path, ...] = ()
+
+    async def run(self, roots: Sequence[Path], stop: asyncio.Event) -> None:
+        """Watch `roots` until `stop` is set. Roots that do not exist are skipped."""
+        self.roots = tuple(r for r in roots if r.is_dir())
+        missing = [r for r in roots if not r.is_dir()]
+        for root in missing:
+            logger.warning("not watching %s: it is not a folder", root)
+        if not self.roots:
+            await stop.wait()
+            return
+        logger.info("watching %d folders", len(self.roots))
+        async for changes in watchfiles.awatch(
+            *self.roots,
+            watch_filter=self.wanted,
+            debounce=self.debounce_ms,
+            step=50,
+            stop_event=stop,
+            ignore_permission_denied=True,
+        ):
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug("%d changes: %s", len(changes), sorted(changes)[:20])
+            for change, path in changes:
+                self.sink(Path(path), change == watchfiles.Change.deleted)

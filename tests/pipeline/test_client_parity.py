@@ -1,0 +1,47 @@
+"""`Client` and `AsyncClient` offer the same methods and give the same answers (llm's
+`test_async_parity`)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+from recalld.client import AsyncClient, Client
+from tests.pipeline.conftest import Running
+
+
+def public_methods(cls: type) -> dict[str, inspect.Signature]:
+    return {
+        name: inspect.signature(fn)
+        for name, fn in vars(cls).items()
+        if callable(fn) and not name.startswith("_") and name not in ("from_env",)
+    }
+
+
+def test_same_methods_and_signatures() -> None:
+    sync, aio = public_methods(Client), public_methods(AsyncClient)
+    assert sorted(sync) == sorted(aio)
+    for name in sync:
+        assert sync[name] == aio[name], name
+        assert inspect.iscoroutinefunction(getattr(AsyncClient, name)), name
+
+
+async def test_same_answers(daemon: Running) -> None:
+    with Client(daemon.socket) as sync:
+        saved = await asyncio.to_thread(
+            sync.remember, "Parity: the lighthouse keeper's log", tags=["p"]
+        )
+        async with daemon.client() as aio:
+            # Each read counts an access in the background, so leave the counter out.
+            got = [await aio.get(saved["id"]), await asyncio.to_thread(sync.get, saved["id"])]
+            for chunk in got:
+                chunk.pop("access_count")
+            assert got[0] == got[1]
+            a = await aio.search("lighthouse keeper", explain=True)
+            s = await asyncio.to_thread(sync.search, "lighthouse keeper", explain=True)
+            for result in (a, s):
+                result["explain"].pop("timings_ms")
+            assert a == s
+            assert await aio.sources_list() == await asyncio.to_thread(sync.sources_list)
+            assert await aio.errors() == await asyncio.to_thread(sync.errors)
+            assert (await aio.config_show()) == await asyncio.to_thread(sync.config_show)

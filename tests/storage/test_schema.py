@@ -1,0 +1,72 @@
+from pathlib import Path
+
+import pytest
+
+from recalld.errors import ModelMismatchError, SchemaTooNewError, StoreError
+from recalld.storage import schema
+from recalld.storage.connection import connect
+from recalld.storage.store import Store
+
+
+async def test_new_store_has_schema_version_tables_and_wal(tmp_path: Path):
+    store = await Store.open(tmp_path / "s.db", model_id="hash-64", dimension=64)
+    await store.close()
+    conn = connect(tmp_path / "s.db")
+    assert schema.schema_version(conn) == schema.SCHEMA_VERSION
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    assert {"documents", "chunks", "links", "errors", "chunks_fts", "chunks_vec", "meta"} <= names
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    assert meta == {"model_id": "hash-64", "dimension": "64"}
+    tokenizer = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_fts'").fetchone()[
+        0
+    ]
+    assert "porter unicode61 remove_diacritics 2" in tokenizer
+    conn.close()
+
+
+async def test_newer_schema_is_refused(tmp_path: Path):
+    path = tmp_path / "s.db"
+    conn = connect(path)
+    conn.execute("PRAGMA user_version = 99")
+    conn.close()
+    with pytest.raises(SchemaTooNewError, match="newer than this recalld"):
+        await Store.open(path, model_id="hash-64", dimension=64)
+
+
+async def test_other_model_is_refused_with_a_hint(tmp_path: Path):
+    path = tmp_path / "s.db"
+    await (await Store.open(path, model_id="hash-64", dimension=64)).close()
+    with pytest.raises(ModelMismatchError, match="recalld reindex") as info:
+        await Store.open(path, model_id="other", dimension=64)
+    assert info.value.data["stored_model"] == "hash-64"
+    with pytest.raises(ModelMismatchError):
+        await Store.open(path, model_id="hash-64", dimension=32)
+
+
+def test_migrations_run_in_order_and_a_failure_leaves_the_file_as_it_was(tmp_path: Path):
+    conn = connect(tmp_path / "m.db")
+    assert schema.migrate(conn) == 1
+
+    def m002(c):
+        c.execute("ALTER TABLE chunks ADD COLUMN extra TEXT")
+
+    def m003_broken(c):
+        c.execute("CREATE TABLE half (x)")
+        c.execute("THIS IS NOT SQL")
+
+    migrations = (*schema.MIGRATIONS, (2, "m002", m002))
+    assert schema.migrate(conn, migrations) == 2
+    assert "extra" in {r[1] for r in conn.execute("PRAGMA table_info(chunks)")}
+    with pytest.raises(StoreError, match="migration m003 failed"):
+        schema.migrate(conn, (*migrations, (3, "m003", m003_broken)))
+    assert schema.schema_version(conn) == 2
+    assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'half'").fetchone()[0] == 0
+    conn.close()
+
+
+def test_split_sql_keeps_trigger_bodies_whole():
+    statements = schema._split_sql(schema.M001_CORE)
+    triggers = [s for s in statements if s.startswith("CREATE TRIGGER")]
+    assert len(triggers) == 3
+    assert all(s.rstrip().endswith("END;") for s in triggers)

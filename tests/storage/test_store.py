@@ -1,0 +1,179 @@
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from recalld.errors import QueryError
+from recalld.storage import readers, writer
+from recalld.storage.fts import match_expression, query_terms
+from recalld.storage.store import Store
+from recalld.types import NO_FILTERS, ChunkDraft, Filters
+
+from .conftest import EMBEDDER, new_chunks, put
+
+
+async def fts(store: Store, query: str, filters: Filters = NO_FILTERS):
+    expr = match_expression(query_terms(query))
+    return await store.read(lambda c: readers.fts(c, expr, 10, filters))
+
+
+async def texts_of(store: Store, ids) -> list[str]:
+    chunks = await store.read(lambda c: readers.chunks_by_id(c, list(ids)))
+    return [chunks[i].text for i in ids]
+
+
+async def test_replace_document_is_atomic_and_keeps_parity(store: Store):
+    await put(store, "a.md", ["alpha one", "alpha two", "alpha three"])
+    await put(store, "a.md", ["beta one"], digest="h2")
+    counts = await store.read(readers.counts)
+    assert counts["documents"] == 1 and counts["chunks"] == 1 and counts["partial_documents"] == 0
+    assert await fts(store, "alpha") == []
+    assert len(await fts(store, "beta")) == 1
+    vec_rows = await store.read(lambda c: readers.fetchall(c, "SELECT count(*) FROM chunks_vec"))
+    assert vec_rows[0][0] == 1
+
+
+async def test_failed_replacement_leaves_the_old_document(store: Store):
+    await put(store, "a.md", ["alpha one"])
+    bad = [writer.NewChunk(ChunkDraft(text="gamma", key="k"), 1, EMBEDDER.embed(["g"])[0][:10])]
+    doc = writer.NewDocument("a.md", "text", "markdown", "h3")
+    with pytest.raises(Exception, match=r"(?i)dimension"):
+        await store.write(lambda c: writer.replace_document(c, doc, bad))
+    assert len(await fts(store, "alpha")) == 1
+    assert await fts(store, "gamma") == []
+    assert (await store.read(lambda c: readers.document_by_source(c, "a.md"))).content_hash == "h"
+
+
+async def test_unchanged_chunks_keep_their_rows_and_counters(store: Store):
+    await put(store, "log.jsonl", ["round one", "round two"])
+    [first] = await fts(store, "one")
+    await store.write(lambda c: writer.count_use(c, [first[0]], retrieval=True))
+    grown = new_chunks(["round one", "round two", "round three"])
+    keep = [writer.NewChunk(c.draft, c.token_count, None) for c in grown[:2]] + grown[2:]
+    doc = writer.NewDocument("log.jsonl", "conversation", "jsonl", "h2")
+    await store.write(lambda c: writer.replace_document(c, doc, keep))
+    [again] = await fts(store, "one")
+    assert again[0] == first[0]
+    chunk = (await store.read(lambda c: readers.chunks_by_id(c, [first[0]])))[first[0]]
+    assert chunk.retrieval_count == 1 and chunk.access_count == 0
+    assert (await store.read(readers.counts))["chunks"] == 3
+
+
+async def test_parents_are_linked_by_key(store: Store):
+    vecs = EMBEDDER.embed(["s", "r", "f"])
+    chunks = [
+        writer.NewChunk(
+            ChunkDraft(text="fact", key="f", parent_key="r", granularity="fact"), 1, vecs[2]
+        ),
+        writer.NewChunk(ChunkDraft(text="session", key="s", granularity="session"), 1, vecs[0]),
+        writer.NewChunk(
+            ChunkDraft(text="round", key="r", parent_key="s", granularity="round"), 1, vecs[1]
+        ),
+    ]
+    doc = writer.NewDocument("c.json", "conversation", "locomo", "h")
+    await store.write(lambda c: writer.replace_document(c, doc, chunks))
+    rows = await store.read(
+        lambda c: readers.fetchall(
+            c, "SELECT key, (SELECT key FROM chunks p WHERE p.id = c.parent_id) FROM chunks c"
+        )
+    )
+    assert dict((r[0], r[1]) for r in rows) == {"f": "r", "s": None, "r": "s"}
+
+
+async def test_identifiers_are_findable(store: Store):
+    await put(
+        store,
+        "log.txt",
+        [
+            "got ERR_CONN_RESET from upstream",
+            "rename snake_case_names to camel",
+            "café crème brûlée",
+        ],
+    )
+    assert await texts_of(store, [i for i, _ in await fts(store, "ERR_CONN_RESET")]) == [
+        "got ERR_CONN_RESET from upstream"
+    ]
+    assert len(await fts(store, "conn reset")) == 1
+    assert len(await fts(store, "snake_case_names")) == 1
+    assert len(await fts(store, "name")) == 1  # Porter: names -> name
+    assert len(await fts(store, "cafe creme")) == 1  # diacritics removed
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        '"unbalanced',
+        "NEAR(alpha beta)",
+        "alpha*",
+        "text:alpha",
+        "(alpha OR",
+        "AND OR NOT",
+        "^alpha",
+        "alpha -beta",
+        "a'b''c",
+        "NOT alpha",
+        "{text}: alpha",
+        "alpha + beta",
+        "'; DROP TABLE",
+    ],
+)
+async def test_hostile_queries_return_results_not_errors(store: Store, query: str):
+    await put(store, "a.md", ["alpha beta gamma", "near and not or text"])
+    await fts(store, query)  # must not raise
+
+
+async def test_filters(store: Store):
+    await put(store, "/notes/a.md", ["shared word apple"], kind="text")
+    await put(store, "/notes/b.md", ["shared word banana"], tags=("fruit",), event_time=100.0)
+    await put(store, "/code/c.py", ["shared word cherry"], event_time=200.0)
+    all_ids = await fts(store, "shared")
+    assert len(all_ids) == 3
+    assert len(await fts(store, "shared", Filters(sources=("/notes/",)))) == 2
+    assert len(await fts(store, "shared", Filters(tags=("fruit",)))) == 1
+    assert len(await fts(store, "shared", Filters(since=150.0))) == 1
+    assert len(await fts(store, "shared", Filters(until=150.0))) == 1
+    vector = EMBEDDER.embed(["shared word"])[0]
+    near = await store.read(lambda c: readers.knn(c, vector, 10, Filters(sources=("/code/",))))
+    assert len(near) == 1
+    near = await store.read(lambda c: readers.knn(c, vector, 10, Filters(kinds=("text",))))
+    assert len(near) == 3
+
+
+async def test_delete_and_move(store: Store):
+    await put(store, "old.md", ["movable text"])
+    assert await store.write(lambda c: writer.move_document(c, "old.md", "new.md"))
+    assert (await store.read(lambda c: readers.document_by_source(c, "new.md"))) is not None
+    assert await store.write(lambda c: writer.delete_document(c, "new.md"))
+    assert not await store.write(lambda c: writer.delete_document(c, "new.md"))
+    assert (await store.read(readers.counts))["chunks"] == 0
+    assert await fts(store, "movable") == []
+
+
+async def test_readers_are_not_blocked_by_a_long_write(store: Store):
+    await put(store, "a.md", ["alpha"])
+    release = asyncio.Event()
+
+    async def slow_write(conn):
+        await conn.execute(
+            "INSERT INTO errors (source, error_type, message, at) VALUES ('x', 'E', 'm', 0)"
+        )
+        await release.wait()
+
+    task = asyncio.create_task(store.write(slow_write))
+    await asyncio.sleep(0.05)
+    assert len(await asyncio.wait_for(fts(store, "alpha"), 2)) == 1
+    # Uncommitted writes are invisible to readers.
+    assert (await store.read(readers.counts))["errors"] == 0
+    release.set()
+    await task
+    assert (await store.read(readers.counts))["errors"] == 1
+
+
+async def test_query_time_limit(tmp_path: Path):
+    s = await Store.open(
+        tmp_path / "q.db", model_id=EMBEDDER.model_id, dimension=64, query_timeout_ms=50
+    )
+    slow = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT count(*) FROM n"
+    with pytest.raises(QueryError, match="longer than"):
+        await s.read(lambda c: readers.fetchall(c, slow))
+    await s.close()

@@ -1,0 +1,67 @@
+from pathlib import Path
+
+import pytest
+
+from recalld.config import default_config_path, load_settings, settings_as_dict
+from recalld.errors import ConfigError
+
+
+def test_defaults_follow_recalld_home(tmp_path: Path):
+    loaded = load_settings(None, {"RECALLD_HOME": str(tmp_path)})
+    s = loaded.settings
+    assert s.store_path == tmp_path / "data" / "recalld.db"
+    assert s.socket_path == tmp_path / "run" / "recalld.sock"
+    assert s.drop_folder == tmp_path / "data" / "drop"
+    assert loaded.sources["embed.model"] == "default"
+
+
+def test_xdg_dirs(tmp_path: Path):
+    env = {"HOME": str(tmp_path), "XDG_RUNTIME_DIR": "/run/user/1000"}
+    s = load_settings(None, env).settings
+    assert s.store_path == tmp_path / ".local/share/recalld/recalld.db"
+    assert s.socket_path == Path("/run/user/1000/recalld/recalld.sock")
+    assert default_config_path(env) == tmp_path / ".config/recalld/config.toml"
+
+
+def test_precedence_file_env_flag(tmp_path: Path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[embed]\nmodel = "hash:32"\nbatch_size = 8\n[search]\nmmr = false\n')
+    env = {
+        "RECALLD_HOME": str(tmp_path),
+        "RECALLD_EMBED__BATCH_SIZE": "16",
+        "RECALLD_SEARCH__LIMIT": "7",
+    }
+    loaded = load_settings(cfg, env, {"search.limit": "3", "daemon.watch": "/a,/b"})
+    s = loaded.settings
+    assert s.embed.model == "hash:32" and loaded.sources["embed.model"] == str(cfg)
+    assert s.embed.batch_size == 16 and loaded.sources["embed.batch_size"] == "env"
+    assert s.search.limit == 3 and loaded.sources["search.limit"] == "flag"
+    assert s.search.mmr is False
+    assert s.daemon.watch == ("/a", "/b")
+    flat = settings_as_dict(s)
+    assert flat["daemon.watch"] == ["/a", "/b"] and flat["search.limit"] == 3
+
+
+def test_default_file_is_used_when_present(tmp_path: Path):
+    (tmp_path / "config.toml").write_text("[search]\nlimit = 4\n")
+    assert load_settings(None, {"RECALLD_HOME": str(tmp_path)}).settings.search.limit == 4
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"search.nope": "1"}, "unknown setting"),
+        ({"search.limit": "many"}, "cannot use"),
+        ({"search.gate": "maybe"}, "cannot use"),
+    ],
+)
+def test_bad_values_are_config_errors(tmp_path: Path, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        load_settings(None, {"RECALLD_HOME": str(tmp_path)}, overrides)
+
+
+def test_unreadable_file(tmp_path: Path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[search\n")
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load_settings(bad, {})

@@ -1,0 +1,65 @@
+import numpy as np
+import pytest
+
+from recalld.retrieval import gate, rerank
+
+
+def test_recency_halves_every_half_life():
+    assert rerank.recency(0, 30) == 1.0
+    assert rerank.recency(30, 30) == pytest.approx(0.5)
+    assert rerank.recency(90, 30) == pytest.approx(0.125)
+
+
+def test_frequency_is_log_normalised_and_capped():
+    assert rerank.frequency(0) == 0.0
+    assert rerank.frequency(100) == pytest.approx(1.0)
+    assert rerank.frequency(10_000) == 1.0
+
+
+def test_zscore_sigmoid():
+    out = rerank.zscore_sigmoid([1.0, 2.0, 3.0])
+    assert out[1] == pytest.approx(0.5)
+    assert out[0] == pytest.approx(1 / (1 + np.exp(np.sqrt(1.5))))
+    assert rerank.zscore_sigmoid([2.0, 2.0]) == [2.0, 2.0]
+
+
+def test_rerank_scores_reports_each_enabled_factor():
+    cands = [rerank.Factors(1.0, 0, 0, 0.5), rerank.Factors(0.0, 30, 100, 1.0)]
+    scored = rerank.rerank_scores(
+        cands, half_life_days=30, recency_weight=0.25, frequency_weight=0.05, importance_weight=0.1
+    )
+    (s0, p0), (_s1, p1) = scored
+    assert set(p0) == {"semantic", "recency", "frequency", "importance"}
+    assert p1["recency"] == pytest.approx(0.125)
+    assert p1["frequency"] == pytest.approx(0.05)
+    assert s0 == pytest.approx(sum(p0.values()))
+    only_semantic = rerank.rerank_scores(
+        cands, half_life_days=0, recency_weight=0, frequency_weight=0, importance_weight=0
+    )
+    assert set(only_semantic[0][1]) == {"semantic"}
+
+
+def test_rule_r1_rejects_only_when_both_signals_are_weak():
+    assert gate.should_reject(0, 0.2, 0.3)
+    assert gate.should_reject(0, None, 0.3)
+    assert not gate.should_reject(1, 0.2, 0.3)
+    assert not gate.should_reject(0, 0.35, 0.3)
+
+
+def test_tiers():
+    cal = gate.Calibration(tau=0.3, high=0.65)
+    assert gate.tier(0, 0.7, cal) == "high"
+    assert gate.tier(2, 0.4, cal) == "high"
+    assert gate.tier(0, 0.4, cal) == "medium"
+    assert gate.tier(3, 0.1, cal) == "medium"
+    assert gate.tier(0, 0.1, cal) == "low"
+
+
+def test_calibrate_from_unrelated_vectors():
+    rng = np.random.default_rng(0)
+    vecs = rng.normal(size=(24, 64)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    cal = gate.calibrate(vecs)
+    # Random 64-d unit vectors: mean ~0, sd ~1/8 -> tau ~0.5.
+    assert 0.3 < cal.tau < 0.7
+    assert cal.tau < cal.high < 1.0
