@@ -55,11 +55,12 @@ class SearchSettings:
     limit: int = 10
     candidates: int = 50
     mode: str = "hybrid"  # hybrid | vector | bm25
-    fusion: str = "adaptive"  # adaptive | rrf | score
+    fusion: str = "score"  # score (convex combination of normalised scores) | rrf
+    weighting: str = "coverage"  # coverage | idf (vstash) | fixed
     rrf_k: int = 60
-    vector_weight: float = 0.6  # fixed-weight RRF only
+    vector_weight: float = 0.6  # weighting = "fixed" only
     # Per-query weights: keyword weight = sigmoid(slope * (signal - midpoint)), where the signal
-    # is the IDF-weighted share of query terms the best keyword hit contains ("adaptive") or
+    # is the IDF-weighted share of query terms the best keyword hit contains ("coverage") or
     # the mean relative IDF of the query's terms ("idf", vstash).
     adaptive_midpoint: float = 0.5
     adaptive_slope: float = 10.0

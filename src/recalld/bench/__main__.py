@@ -111,5 +111,65 @@ def beir(
     _emit("beir", report, as_json, results, rows, header)
 
 
+@main.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--granularity",
+    type=click.Choice(["session", "round", "fact", "all"]),
+    default="all",
+    show_default=True,
+)
+@click.option(
+    "--mode",
+    "modes",
+    multiple=True,
+    type=click.Choice(list(common.MODES)),
+    default=list(common.MODES),
+    show_default=True,
+)
+@click.option(
+    "--store-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Keep each conversation's store here and reuse it on the next run.",
+)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any setting.")
+@click.option("--results", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def locomo(
+    file: Path,
+    granularity: str,
+    modes: tuple[str, ...],
+    store_dir: Path | None,
+    sets: tuple[str, ...],
+    results: Path,
+    as_json: bool,
+) -> None:
+    """Evidence Recall@1/5/10 and MRR per category on a LoCoMo file, for every mode."""
+    from recalld.bench import locomo as locomo_bench
+
+    report = asyncio.run(
+        locomo_bench.run(file, granularity, list(modes), _overrides(sets), store_dir)
+    )
+    header = ["mode", "category", "recall@1", "recall@5", "recall@10", "mrr", "rejected"]
+    rows = []
+    for mode, summary in report["modes"].items():
+        for category, figures in summary.items():
+            if not isinstance(figures, dict):
+                continue
+            rows.append(
+                [
+                    mode,
+                    category,
+                    figures.get("recall@1", ""),
+                    figures.get("recall@5", ""),
+                    figures.get("recall@10", ""),
+                    figures.get("mrr", ""),
+                    figures.get("rejected", figures.get("false_rejection", "")),
+                ]
+            )
+    _emit("locomo", report, as_json, results, rows, header)
+
+
 if __name__ == "__main__":
     main()

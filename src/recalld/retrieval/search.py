@@ -31,7 +31,8 @@ from recalld.types import NO_FILTERS, Chunk, Filters, Hit, SearchResult
 logger = logging.getLogger(__name__)
 
 MODES = ("hybrid", "vector", "bm25")
-FUSIONS = ("adaptive", "idf", "rrf", "score")
+FUSIONS = ("score", "rrf")
+WEIGHTINGS = ("coverage", "idf", "fixed")
 
 
 class Searcher:
@@ -114,8 +115,13 @@ class Searcher:
             opts = dataclasses.replace(self.settings, **overrides)
         except TypeError as exc:
             raise QueryError(f"unknown search option: {exc}") from exc
-        if opts.mode not in MODES or opts.fusion not in FUSIONS:
-            raise QueryError(f"mode must be one of {MODES} and fusion one of {FUSIONS}")
+        if opts.mode not in MODES or opts.fusion not in FUSIONS or (
+            opts.weighting not in WEIGHTINGS
+        ):
+            raise QueryError(
+                f"mode must be one of {MODES}, fusion one of {FUSIONS} and weighting one of "
+                f"{WEIGHTINGS}"
+            )
         limit = limit or opts.limit
         if limit < 1 or limit > 1000:
             raise QueryError("limit must be between 1 and 1000")
@@ -159,12 +165,12 @@ class Searcher:
         elif opts.mode == "bm25":
             fused = dict(bm25)
         else:
-            if opts.fusion == "rrf":
+            if opts.weighting == "fixed":
                 weights = {"vector": opts.vector_weight, "bm25": 1.0 - opts.vector_weight}
             else:
                 assert df_task is not None
                 dfs, total = df_task.result()
-                signal = await self._keyword_signal(opts.fusion, terms, dfs, total, kw_hits)
+                signal = await self._keyword_signal(opts.weighting, terms, dfs, total, kw_hits)
                 w_vec, w_kw = fusion.adaptive_weights(
                     signal, opts.adaptive_midpoint, opts.adaptive_slope
                 )
@@ -231,6 +237,7 @@ class Searcher:
         summary = {
             "mode": opts.mode,
             "fusion": opts.fusion if opts.mode == "hybrid" else None,
+            "weighting": opts.weighting if opts.mode == "hybrid" else None,
             "terms": terms,
             "keyword_signal": None if signal is None else round(signal, 4),
             "weights": {k: round(v, 4) for k, v in weights.items()},

@@ -1,0 +1,152 @@
+"""LoCoMo evidence recall: each conversation in its own store, questions searched in theirs.
+
+A returned chunk is a hit when the turns it covers (its `dia_ids`: a session's turns, a round's,
+or the round a fact was extracted from) include an evidence turn. Category 5 questions have no
+answer in the conversation: for them the figure is the share the gate rejects, reported beside
+the share of answerable questions (categories 1-4) it wrongly rejects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from recalld.api import AsyncMemory
+from recalld.bench import metrics
+from recalld.bench.common import MODES, bench_settings, load_model
+from recalld.embeddings.base import Embedder
+from recalld.types import Filters
+
+CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
+Scores = defaultdict[str, defaultdict[str, list[float]]]
+_DIA_ID = re.compile(r"D\d+:\d+")
+
+
+def evidence_ids(qa: dict[str, Any]) -> set[str]:
+    """The evidence turn ids of a question (some entries hold several, joined by `;`)."""
+    found: set[str] = set()
+    for entry in qa.get("evidence") or []:
+        found.update(_DIA_ID.findall(str(entry)))
+    return found
+
+
+def _covered(hit_dia_ids: list[set[str]], evidence: set[str], k: int) -> float:
+    covered: set[str] = set()
+    for ids in hit_dia_ids[:k]:
+        covered |= ids & evidence
+    return len(covered) / len(evidence)
+
+
+async def _evaluate_conversation(
+    memory: AsyncMemory,
+    sample: dict[str, Any],
+    mode: str,
+    granularity: str,
+    scores: Scores,
+    latency: list[float],
+) -> None:
+    filters = Filters() if granularity == "all" else Filters(granularities=(granularity,))
+    for qa in sample["qa"]:
+        category = CATEGORIES.get(int(qa.get("category", 0)), "other")
+        evidence = evidence_ids(qa)
+        started = time.perf_counter()
+        result = await memory.searcher.search(
+            str(qa["question"]), limit=10, filters=filters, **MODES[mode]
+        )
+        latency.append((time.perf_counter() - started) * 1000)
+        bucket = scores[category]
+        bucket["rejected"].append(1.0 if result.rejected else 0.0)
+        if category == "adversarial" or not evidence:
+            continue
+        hit_ids = [set(h.chunk.meta.get("dia_ids") or []) for h in result.hits]
+        first = next((r for r, ids in enumerate(hit_ids, 1) if ids & evidence), None)
+        for k in (1, 5, 10):
+            bucket[f"recall@{k}"].append(_covered(hit_ids, evidence, k))
+        bucket["hit@5"].append(1.0 if first is not None and first <= 5 else 0.0)
+        bucket["mrr"].append(1.0 / first if first else 0.0)
+
+
+def _summarise(scores: Scores, latency: list[float]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    overall: dict[str, list[float]] = defaultdict(list)
+    for category, bucket in sorted(scores.items()):
+        if category == "adversarial":
+            out[category] = {
+                "rejected": round(metrics.mean(bucket["rejected"]), 4),
+                "questions": len(bucket["rejected"]),
+            }
+            continue
+        out[category] = {k: round(metrics.mean(v), 4) for k, v in bucket.items() if k != "rejected"}
+        out[category]["questions"] = len(bucket["mrr"])
+        for key, values in bucket.items():
+            overall[key].extend(values)
+    out["overall"] = {k: round(metrics.mean(v), 4) for k, v in overall.items() if k != "rejected"}
+    out["overall"]["false_rejection"] = round(metrics.mean(overall["rejected"]), 4)
+    out["overall"]["questions"] = len(overall["mrr"])
+    out["latency_ms_p50"] = round(metrics.percentile(latency, 50), 2)
+    out["latency_ms_p95"] = round(metrics.percentile(latency, 95), 2)
+    return out
+
+
+async def run(
+    file: Path,
+    granularity: str,
+    modes: list[str],
+    overrides: dict[str, str],
+    store_dir: Path | None = None,
+    embedder: Embedder | None = None,
+) -> dict[str, Any]:
+    """Ingest each conversation into its own store and evaluate every mode.
+
+    With `store_dir`, each conversation's store is kept in a subfolder and reused next time.
+    """
+    samples = json.loads(await asyncio.to_thread(file.read_text, "utf-8"))
+    if isinstance(samples, dict):
+        samples = [samples]
+    scores: dict[str, Scores] = {m: defaultdict(lambda: defaultdict(list)) for m in modes}
+    latency: dict[str, list[float]] = {m: [] for m in modes}
+    chunks = 0
+    ingest_s = 0.0
+    for sample in samples:
+        with contextlib.ExitStack() as stack:
+            if store_dir is None:
+                workdir = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+            else:
+                workdir = store_dir / str(sample["sample_id"])
+            settings = bench_settings(workdir, overrides)
+            embedder = embedder or load_model(settings)
+            memory = await AsyncMemory.open(settings, embedder=embedder)
+            try:
+                started = time.perf_counter()
+                data = json.dumps(sample).encode()
+                await memory.ingestor.ingest_bytes(
+                    f"locomo:{sample['sample_id']}", "locomo.json", data
+                )
+                ingest_s += time.perf_counter() - started
+                chunks += (await memory.counts())["chunks"]
+                for mode in modes:
+                    await _evaluate_conversation(
+                        memory, sample, mode, granularity, scores[mode], latency[mode]
+                    )
+            finally:
+                await memory.close()
+        print(f"evaluated {sample['sample_id']}", file=sys.stderr)
+    assert embedder is not None
+    return {
+        "dataset": str(file),
+        "granularity": granularity,
+        "model": embedder.model_id,
+        "conversations": len(samples),
+        "chunks": chunks,
+        "ingest_seconds": round(ingest_s, 1),
+        "overrides": overrides,
+        "modes": {m: _summarise(scores[m], latency[m]) for m in modes},
+    }

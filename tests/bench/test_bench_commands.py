@@ -1,0 +1,105 @@
+"""The benchmark commands run end to end on tiny data sets made here (with the test embedder)."""
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from recalld.bench.__main__ import main
+
+
+def make_beir(folder: Path) -> None:
+    (folder / "qrels").mkdir(parents=True)
+    docs = {
+        "d1": ("Aspirin", "Aspirin reduces the risk of heart attack in adults."),
+        "d2": ("Vitamin D", "Vitamin D deficiency is linked to weaker bones."),
+        "d3": ("Sleep", "Short sleep duration impairs memory consolidation."),
+    }
+    with (folder / "corpus.jsonl").open("w") as f:
+        for i, (title, text) in docs.items():
+            f.write(json.dumps({"_id": i, "title": title, "text": text}) + "\n")
+    queries = {"q1": "aspirin heart attack", "q2": "bones vitamin", "q3": "memory sleep"}
+    with (folder / "queries.jsonl").open("w") as f:
+        for i, text in queries.items():
+            f.write(json.dumps({"_id": i, "text": text}) + "\n")
+    (folder / "qrels" / "train.tsv").write_text(
+        "query-id\tcorpus-id\tscore\nq1\td1\t1\nq2\td2\t1\nq3\td3\t1\n"
+    )
+
+
+def test_beir_command_reports_every_mode(tmp_path: Path):
+    make_beir(tmp_path / "beir")
+    result = CliRunner().invoke(
+        main,
+        [
+            "beir",
+            str(tmp_path / "beir"),
+            "--json",
+            "--results",
+            str(tmp_path / "out"),
+            "--store-dir",
+            str(tmp_path / "store"),
+            "--set",
+            "embed.model=hash:64",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert set(report["modes"]) == {"bm25", "vector", "hybrid", "full"}
+    assert report["modes"]["bm25"]["ndcg@10"] == 1.0
+    assert report["documents"] == 3
+    assert list((tmp_path / "out").glob("beir-*.json"))
+
+
+def make_locomo(path: Path) -> None:
+    sample = {
+        "sample_id": "conv-x",
+        "conversation": {
+            "speaker_a": "Ana",
+            "speaker_b": "Ben",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a puppy called Biscuit."},
+                {"speaker": "Ben", "dia_id": "D1:2", "text": "Lovely! What breed is Biscuit?"},
+                {"speaker": "Ana", "dia_id": "D1:3", "text": "Biscuit is a beagle."},
+                {"speaker": "Ben", "dia_id": "D1:4", "text": "I started learning the cello."},
+            ],
+        },
+        "qa": [
+            {"question": "What breed is Biscuit?", "evidence": ["D1:3"], "category": 4},
+            {
+                "question": "Which instrument does Ben learn, the cello?",
+                "evidence": ["D1:4"],
+                "category": 1,
+            },
+            {"question": "What is Ana's favourite volcano?", "category": 5},
+        ],
+    }
+    path.write_text(json.dumps([sample]))
+
+
+def test_locomo_command_reports_categories_and_rejection(tmp_path: Path):
+    make_locomo(tmp_path / "locomo.json")
+    result = CliRunner().invoke(
+        main,
+        [
+            "locomo",
+            str(tmp_path / "locomo.json"),
+            "--json",
+            "--mode",
+            "bm25",
+            "--mode",
+            "full",
+            "--results",
+            str(tmp_path / "out"),
+            "--set",
+            "embed.model=hash:64",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    full = report["modes"]["full"]
+    assert set(full) >= {"single-hop", "multi-hop", "adversarial", "overall"}
+    assert full["overall"]["questions"] == 2
+    assert 0.0 <= full["adversarial"]["rejected"] <= 1.0
+    assert report["modes"]["bm25"]["single-hop"]["recall@10"] == 1.0
