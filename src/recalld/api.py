@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from recalld.config import Settings
 from recalld.embeddings.base import Embedder, load_embedder
 from recalld.errors import NotFoundError
+from recalld.ingest.facts_llm import fact_extractor
 from recalld.ingest.pipeline import Ingestor, IngestReport
 from recalld.retrieval import gate
 from recalld.retrieval.search import Searcher
@@ -43,17 +44,26 @@ class AsyncMemory:
     """A recalld store opened in this process: ingest, remember, search, get, forget."""
 
     def __init__(
-        self, settings: Settings, store: Store, embedder: Embedder, calibration: gate.Calibration
+        self,
+        settings: Settings,
+        store: Store,
+        embedder: Embedder,
+        calibration: gate.Calibration,
+        *,
+        owns_embedder: bool = False,
     ) -> None:
         self.settings = settings
         self.store = store
         self.embedder = embedder
+        self._owns_embedder = owns_embedder
+        self._facts = fact_extractor(settings)
         self.ingestor = Ingestor(
             store,
             embedder,
             settings.chunk,
             settings.daemon.max_file_mb * 2**20,
             settings.embed.batch_size,
+            facts=self._facts,
         )
         self.searcher = Searcher(
             store, embedder, settings.search, calibration, settings.embed.query_cache
@@ -73,9 +83,10 @@ class AsyncMemory:
             ModelMismatchError: The store was embedded with another model.
             SchemaTooNewError: The store comes from a newer recalld.
         """
+        owns_embedder = embedder is None
         if embedder is None:
             embedder = await asyncio.to_thread(
-                load_embedder, settings.embed.model, settings.model_cache_dir
+                load_embedder, settings.embed.model, settings.model_cache_dir, settings.embed
             )
         store = await Store.open(
             settings.store_path,
@@ -84,7 +95,9 @@ class AsyncMemory:
             readers=settings.store.readers,
             query_timeout_ms=settings.store.query_timeout_ms,
         )
-        return cls(settings, store, embedder, await calibrate(embedder))
+        return cls(
+            settings, store, embedder, await calibrate(embedder), owns_embedder=owns_embedder
+        )
 
     async def __aenter__(self) -> AsyncMemory:
         return self
@@ -168,6 +181,11 @@ class AsyncMemory:
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
         await self.store.close()
+        if self._facts is not None:
+            await self._facts.aclose()
+        close = getattr(self.embedder, "close", None)
+        if self._owns_embedder and close is not None:
+            await asyncio.to_thread(close)
 
 
 class Memory:

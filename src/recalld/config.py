@@ -8,6 +8,7 @@ environment variables; everything else receives a frozen `Settings`.
 from __future__ import annotations
 
 import dataclasses
+import hmac
 import tomllib
 import typing
 from collections.abc import Mapping, Sequence
@@ -18,6 +19,40 @@ from typing import Any
 from recalld.errors import ConfigError
 
 ENV_PREFIX = "RECALLD_"
+
+# Marks a field that no layer sets: `load_settings` resolves it (an API key from the variable
+# or file the settings name), and `config show` leaves it out.
+_RESOLVED = {"resolved": True}
+
+
+class Secret:
+    """A credential. Its repr and str never show the value, so it cannot reach a log line.
+
+    Args:
+        value: The secret text; read it back with `reveal()` where it is sent, and nowhere else.
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        """The secret itself."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('********')"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Secret):
+            return NotImplemented
+        return hmac.compare_digest(self._value.encode(), other._value.encode())
+
+    def __hash__(self) -> int:
+        return hash(self._value)
 
 
 @dataclass(frozen=True)
@@ -37,6 +72,16 @@ class EmbedSettings:
     batch_size: int = 32
     threads: int = 0  # 0: one per core
     query_cache: int = 1024
+    # `openai:<model>` only: any OpenAI-compatible endpoint (OpenAI, Ollama, LM Studio, vLLM).
+    base_url: str = ""  # empty: https://api.openai.com/v1
+    api_key_env: str = "OPENAI_API_KEY"
+    api_key_file: str = ""  # wins over api_key_env when set
+    dimensions: int = 0  # 0: the model's own (learnt from a first request); else asked for
+    timeout_s: float = 30.0  # read timeout per request; connecting gets at most 5 s
+    max_retries: int = 4
+    batch_tokens: int = 8000  # approximate tokens per request (batch_size caps the count)
+    encoding_format: str = "base64"  # base64 | float
+    api_key: Secret | None = field(default=None, repr=False, metadata=_RESOLVED)
 
 
 @dataclass(frozen=True)
@@ -46,6 +91,25 @@ class ChunkSettings:
     max_tokens: int = 240
     overlap_tokens: int = 32
     facts: bool = True
+
+
+@dataclass(frozen=True)
+class FactsSettings:
+    """LLM fact extraction for conversation logs, through an OpenAI-compatible chat endpoint.
+
+    Without a `base_url` (or with `enabled = false`) facts come from the offline heuristic.
+    """
+
+    enabled: bool = True
+    base_url: str = ""
+    model: str = "gpt-4o-mini"
+    api_key_env: str = "OPENAI_API_KEY"
+    api_key_file: str = ""  # wins over api_key_env when set
+    timeout_s: float = 60.0
+    max_retries: int = 3
+    batch_rounds: int = 8  # rounds per request
+    concurrency: int = 4  # requests in flight per file
+    api_key: Secret | None = field(default=None, repr=False, metadata=_RESOLVED)
 
 
 @dataclass(frozen=True)
@@ -65,6 +129,9 @@ class SearchSettings:
     adaptive_midpoint: float = 0.5
     adaptive_slope: float = 10.0
     gate: bool = True
+    # A keyword hit counts as evidence for the gate only when the best BM25 hit holds this
+    # IDF-weighted share of the query: with OR queries almost every question matches something.
+    gate_coverage: float = 0.5
     tau: float = 0.0  # 0: the model's calibrated value
     mmr: bool = True
     mmr_lambda: float = 0.7
@@ -95,6 +162,7 @@ class Settings:
     store: StoreSettings = field(default_factory=StoreSettings)
     embed: EmbedSettings = field(default_factory=EmbedSettings)
     chunk: ChunkSettings = field(default_factory=ChunkSettings)
+    facts: FactsSettings = field(default_factory=FactsSettings)
     search: SearchSettings = field(default_factory=SearchSettings)
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
 
@@ -193,7 +261,8 @@ def _build(
 ) -> Any:
     hints = typing.get_type_hints(cls)
     kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
+    fields = [f for f in dataclasses.fields(cls) if not f.metadata.get("resolved")]
+    for f in fields:
         key = f"{prefix}{f.name}"
         annotation = hints[f.name]
         if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
@@ -209,7 +278,7 @@ def _build(
             if f.name in layer:
                 kwargs[f.name] = _coerce(layer[f.name], annotation, key)
                 sources[key] = source
-    known = {f.name for f in dataclasses.fields(cls)}
+    known = {f.name for f in fields}
     for source, layer in layers:
         for name in layer:
             if name not in known:
@@ -262,8 +331,36 @@ def load_settings(
     layers.append(("env", _nest(env_pairs, "__")))
     layers.append(("flag", _nest(dict(overrides or {}), ".")))
     sources: dict[str, str] = {}
-    settings = _build(Settings, layers, "", sources)
+    settings: Settings = _build(Settings, layers, "", sources)
+    settings = dataclasses.replace(
+        settings,
+        embed=dataclasses.replace(settings.embed, api_key=_api_key("embed", settings.embed, env)),
+        facts=dataclasses.replace(settings.facts, api_key=_api_key("facts", settings.facts, env)),
+    )
     return LoadedSettings(settings=settings, sources=sources)
+
+
+def _api_key(
+    section: str, settings: EmbedSettings | FactsSettings, env: Mapping[str, str]
+) -> Secret | None:
+    """Resolve a section's API key: its key file if set, else its environment variable."""
+    if settings.api_key_file:
+        path = Path(settings.api_key_file).expanduser()
+        try:
+            value = path.read_text("utf-8").strip()
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot read {section}.api_key_file {path}: {exc.strerror or exc}; "
+                "fix the path or unset it to use the environment variable"
+            ) from None
+        except UnicodeDecodeError:
+            # The exception would quote the offending bytes of the key.
+            raise ConfigError(f"{section}.api_key_file {path} is not UTF-8 text") from None
+        if not value:
+            raise ConfigError(f"{section}.api_key_file {path} is empty")
+        return Secret(value)
+    value = env.get(settings.api_key_env, "").strip() if settings.api_key_env else ""
+    return Secret(value) if value else None
 
 
 def settings_as_dict(settings: Settings) -> dict[str, Any]:
@@ -272,6 +369,8 @@ def settings_as_dict(settings: Settings) -> dict[str, Any]:
 
     def walk(obj: Any, prefix: str) -> None:
         for f in dataclasses.fields(obj):
+            if f.metadata.get("resolved"):
+                continue  # API keys are never shown
             value = getattr(obj, f.name)
             if dataclasses.is_dataclass(value):
                 walk(value, f"{prefix}{f.name}.")

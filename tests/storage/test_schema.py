@@ -46,21 +46,22 @@ async def test_other_model_is_refused_with_a_hint(tmp_path: Path):
 
 def test_migrations_run_in_order_and_a_failure_leaves_the_file_as_it_was(tmp_path: Path):
     conn = connect(tmp_path / "m.db")
-    assert schema.migrate(conn) == 1
+    newest = schema.SCHEMA_VERSION
+    assert schema.migrate(conn) == newest
 
-    def m002(c):
+    def m_next(c):
         c.execute("ALTER TABLE chunks ADD COLUMN extra TEXT")
 
-    def m003_broken(c):
+    def m_broken(c):
         c.execute("CREATE TABLE half (x)")
         c.execute("THIS IS NOT SQL")
 
-    migrations = (*schema.MIGRATIONS, (2, "m002", m002))
-    assert schema.migrate(conn, migrations) == 2
+    migrations = (*schema.MIGRATIONS, (newest + 1, "m_next", m_next))
+    assert schema.migrate(conn, migrations) == newest + 1
     assert "extra" in {r[1] for r in conn.execute("PRAGMA table_info(chunks)")}
-    with pytest.raises(StoreError, match="migration m003 failed"):
-        schema.migrate(conn, (*migrations, (3, "m003", m003_broken)))
-    assert schema.schema_version(conn) == 2
+    with pytest.raises(StoreError, match="migration m_broken failed"):
+        schema.migrate(conn, (*migrations, (newest + 2, "m_broken", m_broken)))
+    assert schema.schema_version(conn) == newest + 1
     assert conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'half'").fetchone()[0] == 0
     conn.close()
 

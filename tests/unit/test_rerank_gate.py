@@ -40,19 +40,19 @@ def test_rerank_scores_reports_each_enabled_factor():
 
 
 def test_rule_r1_rejects_only_when_both_signals_are_weak():
-    assert gate.should_reject(0, 0.2, 0.3)
-    assert gate.should_reject(0, None, 0.3)
-    assert not gate.should_reject(1, 0.2, 0.3)
-    assert not gate.should_reject(0, 0.35, 0.3)
+    assert gate.should_reject(False, 0.2, 0.3)
+    assert gate.should_reject(False, None, 0.3)
+    assert not gate.should_reject(True, 0.2, 0.3)
+    assert not gate.should_reject(False, 0.35, 0.3)
 
 
 def test_tiers():
     cal = gate.Calibration(tau=0.3, high=0.65)
-    assert gate.tier(0, 0.7, cal) == "high"
-    assert gate.tier(2, 0.4, cal) == "high"
-    assert gate.tier(0, 0.4, cal) == "medium"
-    assert gate.tier(3, 0.1, cal) == "medium"
-    assert gate.tier(0, 0.1, cal) == "low"
+    assert gate.tier(False, 0.7, cal) == "high"
+    assert gate.tier(True, 0.4, cal) == "high"
+    assert gate.tier(False, 0.4, cal) == "medium"
+    assert gate.tier(True, 0.1, cal) == "medium"
+    assert gate.tier(False, 0.1, cal) == "low"
 
 
 def test_calibrate_from_unrelated_vectors():

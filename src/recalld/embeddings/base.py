@@ -16,6 +16,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from recalld.config import EmbedSettings
 from recalld.errors import ConfigError
 
 Vectors = npt.NDArray[np.float32]
@@ -80,15 +81,16 @@ class HashEmbedder:
         return len(_WORD.findall(text))
 
 
-EmbedderFactory = Callable[[str, Path | None], Embedder]
+# A factory gets the spec, the model cache dir and the `embed` settings (endpoint, key, ...).
+EmbedderFactory = Callable[[str, Path | None, EmbedSettings], Embedder]
 
 
-def _hash_factory(spec: str, cache_dir: Path | None) -> Embedder:
+def _hash_factory(spec: str, cache_dir: Path | None, settings: EmbedSettings) -> Embedder:
     _, _, dim = spec.partition(":")
     return HashEmbedder(int(dim) if dim else 64)
 
 
-def _local_factory(spec: str, cache_dir: Path | None) -> Embedder:
+def _local_factory(spec: str, cache_dir: Path | None, settings: EmbedSettings) -> Embedder:
     # Imported lazily: onnxruntime and tokenizers are slow to import and clients never need them.
     from recalld.embeddings.local import LocalEmbedder
 
@@ -96,7 +98,18 @@ def _local_factory(spec: str, cache_dir: Path | None) -> Embedder:
     return LocalEmbedder(quantize=variant != "fp32", cache_dir=cache_dir)
 
 
-_REGISTRY: dict[str, EmbedderFactory] = {"hash": _hash_factory, "local": _local_factory}
+def _openai_factory(spec: str, cache_dir: Path | None, settings: EmbedSettings) -> Embedder:
+    # Imported lazily: the openai package takes about a second to import.
+    from recalld.embeddings.openai_compat import openai_embedder
+
+    return openai_embedder(spec, settings)
+
+
+_REGISTRY: dict[str, EmbedderFactory] = {
+    "hash": _hash_factory,
+    "local": _local_factory,
+    "openai": _openai_factory,
+}
 
 DEFAULT_MODEL = "local"
 
@@ -106,19 +119,25 @@ def register_embedder(scheme: str, factory: EmbedderFactory) -> None:
     _REGISTRY[scheme] = factory
 
 
-def load_embedder(spec: str, cache_dir: Path | None = None) -> Embedder:
+def load_embedder(
+    spec: str, cache_dir: Path | None = None, settings: EmbedSettings | None = None
+) -> Embedder:
     """Build the embedder named by `spec`.
 
     Args:
-        spec: `local` (the packaged MiniLM, int8), `local:fp32`, or `hash:DIM` for tests.
+        spec: `local` (the packaged MiniLM, int8), `local:fp32`, `openai:MODEL` (an
+            OpenAI-compatible endpoint, configured by `settings`), or `hash:DIM` for tests.
         cache_dir: Where local models keep built artefacts.
+        settings: The `embed` settings; default: the built-in defaults.
 
     Raises:
-        ConfigError: No embedder is registered under the spec's scheme.
+        ConfigError: No embedder is registered under the spec's scheme, or its settings are
+            incomplete.
+        EmbeddingError: An endpoint could not tell the model's dimension.
     """
     scheme = spec.partition(":")[0]
     factory = _REGISTRY.get(scheme)
     if factory is None:
         known = ", ".join(sorted(_REGISTRY))
         raise ConfigError(f"unknown embedding model {spec!r}; known schemes: {known}")
-    return factory(spec, cache_dir)
+    return factory(spec, cache_dir, settings or EmbedSettings())

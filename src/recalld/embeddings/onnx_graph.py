@@ -29,6 +29,11 @@ _MASK_BIAS = -10000.0
 Weights = Mapping[str, npt.NDArray[Any]]
 
 
+def matmul_node_name(linear: str) -> str:
+    """The name of the MatMul node of the linear layer `linear` (e.g. for `nodes_to_exclude`)."""
+    return f"{linear}.matmul"
+
+
 @dataclass(frozen=True)
 class BertConfig:
     """The shape of a BERT encoder, as read from a Hugging Face `config.json`."""
@@ -78,7 +83,7 @@ class _Builder:
         # torch stores Linear weights as [out, in]; MatMul wants [in, out]. A constant B is what
         # onnxruntime's dynamic quantiser looks for, and it scales each output column on its own.
         w = self.const(f"{name}.weight_t", weight.T.astype(np.float32))
-        product = self.op("MatMul", [x, w], name=f"{name}.matmul")
+        product = self.op("MatMul", [x, w], name=matmul_node_name(name))
         return self.op("Add", [product, self.const(f"{name}.bias", bias)])
 
     def layer_norm(self, x: str, name: str, weights: Weights, eps: float) -> str:

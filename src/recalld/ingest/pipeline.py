@@ -3,6 +3,10 @@
 Blocking work (file reads, chunking, tokenising, inference) runs in worker threads; the store
 write is one transaction per document. Chunks whose key and content are already stored keep
 their vectors, so re-ingesting a grown log embeds only its new rounds.
+
+With an LLM fact extractor, conversation logs are parsed again after chunking, their rounds go
+to the extractor (on the event loop: it is network-bound), and the chunks are rebuilt with its
+facts. If the endpoint fails, the rounds are stored with heuristic facts and a note says so.
 """
 
 from __future__ import annotations
@@ -12,17 +16,26 @@ import hashlib
 import logging
 import os
 import time
-from functools import partial
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from recalld.chunkers import ChunkedSource, ChunkOptions, chunk_file
+from recalld.chunkers import (
+    ChunkedSource,
+    ChunkOptions,
+    Conversation,
+    chunk_file,
+    conversation_chunks,
+    parse_conversations,
+)
+from recalld.chunkers.options import KeyMaker
 from recalld.config import ChunkSettings
 from recalld.embeddings.base import Embedder
 from recalld.errors import IngestError, RecalldError
+from recalld.ingest.facts_llm import LLMFactExtractor
 from recalld.storage import readers, writer
 from recalld.storage.store import Store
 from recalld.types import ChunkDraft
@@ -71,6 +84,26 @@ def _read_file(path: Path, max_bytes: int) -> tuple[bytes, float, int]:
     return data, stat.st_mtime, stat.st_size
 
 
+def _conversation_drafts(
+    conversations: Sequence[Conversation],
+    options: ChunkOptions,
+    facts: Sequence[dict[str, list[str]]] | None,
+    model: str,
+) -> list[ChunkDraft]:
+    """All conversations' chunks, keyed as `chunk_file` keys them; LLM facts name the model."""
+    keys = KeyMaker()
+    drafts: list[ChunkDraft] = []
+    for index, conv in enumerate(conversations):
+        found = facts[index] if facts is not None else None
+        drafts.extend(conversation_chunks(conv, options, facts=found, keys=keys))
+    return [
+        replace(d, meta={**d.meta, "model": model})
+        if d.granularity == "fact" and d.meta.get("extractor") == "llm"
+        else d
+        for d in drafts
+    ]
+
+
 class Ingestor:
     """Ingests files, text and memories into one store with one embedder.
 
@@ -80,6 +113,8 @@ class Ingestor:
         chunking: Chunk sizes.
         max_file_bytes: Larger files are refused (never read whole).
         batch_size: Texts per model call.
+        facts: An LLM fact extractor for conversation logs (`facts_llm.fact_extractor`);
+            None: heuristic facts. The caller closes it.
     """
 
     def __init__(
@@ -89,6 +124,8 @@ class Ingestor:
         chunking: ChunkSettings,
         max_file_bytes: int = 64 * 2**20,
         batch_size: int = 32,
+        *,
+        facts: LLMFactExtractor | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -100,6 +137,7 @@ class Ingestor:
         )
         self.max_file_bytes = max_file_bytes
         self.batch_size = batch_size
+        self.facts = facts if chunking.facts else None
 
     async def ingest_file(self, path: Path, source: str | None = None) -> IngestReport:
         """Ingest one file, skipping it when its content is already stored.
@@ -152,6 +190,8 @@ class Ingestor:
                 continue
             try:
                 parsed = await asyncio.to_thread(chunk_file, name, data, self.options)
+                if self.facts is not None and parsed.kind == "conversation":
+                    parsed = await self._with_llm_facts(name, data, parsed, self.facts)
             except RecalldError as exc:
                 exc.data.setdefault("path", source)
                 await self._record_error(source, exc)
@@ -163,6 +203,29 @@ class Ingestor:
         if first_error is not None:
             raise first_error
         return [r for r in reports if r is not None]
+
+    async def _with_llm_facts(
+        self, name: str, data: bytes, parsed: ChunkedSource, extractor: LLMFactExtractor
+    ) -> ChunkedSource:
+        """Rebuild a conversation log's chunks with facts from the LLM (heuristic on failure)."""
+        conversations, _ = await asyncio.to_thread(parse_conversations, name, data)
+        notes = list(parsed.notes)
+        found: list[dict[str, list[str]]] | None
+        try:
+            found = await extractor.extract(conversations)
+        except IngestError as exc:
+            logger.warning("%s: %s; storing heuristic facts instead", name, exc.message)
+            # The stored content hash stays the file's own: LLM facts replace these when the
+            # log next changes (uncached rounds are asked for then), not on an unchanged file.
+            notes.append(
+                f"LLM facts unavailable ({exc.message}); heuristic facts stored instead until "
+                "the log changes"
+            )
+            found = None
+        chunks = await asyncio.to_thread(
+            _conversation_drafts, conversations, self.options, found, extractor.model
+        )
+        return ChunkedSource(parsed.kind, parsed.format, chunks, notes)
 
     async def _embed_and_write(self, docs: list[_Prepared]) -> list[tuple[int, IngestReport]]:
         # Which chunks are new? Unchanged ones keep their stored vectors.

@@ -74,17 +74,17 @@ def calibrate(probe_vectors: npt.NDArray[np.float32]) -> Calibration:
     return Calibration(tau=round(tau, 3), high=round(tau + (1.0 - tau) / 2.0, 3))
 
 
-def should_reject(keyword_hits: int, best_similarity: float | None, tau: float) -> bool:
+def should_reject(keyword_hit: bool, best_similarity: float | None, tau: float) -> bool:
     """MemX R1: reject when there is no keyword hit and no vector match reaches tau."""
-    return keyword_hits == 0 and (best_similarity is None or best_similarity < tau)
+    return not keyword_hit and (best_similarity is None or best_similarity < tau)
 
 
-def tier(keyword_hits: int, best_similarity: float | None, calibration: Calibration) -> Tier:
+def tier(keyword_hit: bool, best_similarity: float | None, calibration: Calibration) -> Tier:
     """How much to trust a result set: both signals strong, one of them, or neither."""
     sim = best_similarity if best_similarity is not None else -1.0
-    if sim >= calibration.high or (keyword_hits and sim >= calibration.tau):
+    if sim >= calibration.high or (keyword_hit and sim >= calibration.tau):
         return "high"
-    if keyword_hits or sim >= calibration.tau:
+    if keyword_hit or sim >= calibration.tau:
         return "medium"
     return "low"
 

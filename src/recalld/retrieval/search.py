@@ -115,8 +115,10 @@ class Searcher:
             opts = dataclasses.replace(self.settings, **overrides)
         except TypeError as exc:
             raise QueryError(f"unknown search option: {exc}") from exc
-        if opts.mode not in MODES or opts.fusion not in FUSIONS or (
-            opts.weighting not in WEIGHTINGS
+        if (
+            opts.mode not in MODES
+            or opts.fusion not in FUSIONS
+            or (opts.weighting not in WEIGHTINGS)
         ):
             raise QueryError(
                 f"mode must be one of {MODES}, fusion one of {FUSIONS} and weighting one of "
@@ -151,11 +153,14 @@ class Searcher:
         async with asyncio.TaskGroup() as tg:
             vec_task = tg.create_task(vector_route()) if use_vector else None
             kw_task = tg.create_task(keyword_route()) if use_keyword else None
-            df_task = tg.create_task(self._doc_freqs(terms)) if opts.mode == "hybrid" else None
+            df_task = tg.create_task(self._doc_freqs(terms)) if use_keyword else None
         vec_hits = vec_task.result() if vec_task else []
         kw_hits = kw_task.result() if kw_task else []
         similarity = {cid: 1.0 - dist for cid, dist in vec_hits}
         bm25 = dict(kw_hits)
+
+        dfs, total = df_task.result() if df_task else ([], 0)
+        coverage = await self._coverage(terms, dfs, total, kw_hits) if kw_hits else 0.0
 
         # Fusion.
         weights = {"vector": 1.0, "bm25": 1.0}
@@ -168,9 +173,9 @@ class Searcher:
             if opts.weighting == "fixed":
                 weights = {"vector": opts.vector_weight, "bm25": 1.0 - opts.vector_weight}
             else:
-                assert df_task is not None
-                dfs, total = df_task.result()
-                signal = await self._keyword_signal(opts.weighting, terms, dfs, total, kw_hits)
+                signal = (
+                    coverage if opts.weighting == "coverage" else (fusion.relative_idf(dfs, total))
+                )
                 w_vec, w_kw = fusion.adaptive_weights(
                     signal, opts.adaptive_midpoint, opts.adaptive_slope
                 )
@@ -187,14 +192,14 @@ class Searcher:
 
         # Gate: MemX R1 on the raw route signals, before anything reorders them.
         best_sim = gate.best_of(list(similarity.values()))
-        keyword_count = len(kw_hits)
+        keyword_evidence = bool(kw_hits) and coverage >= opts.gate_coverage
         tau = opts.tau or self.calibration.tau
         calib = dataclasses.replace(self.calibration, tau=tau)
-        rejected = opts.gate and use_vector and gate.should_reject(keyword_count, best_sim, tau)
+        rejected = opts.gate and use_vector and gate.should_reject(keyword_evidence, best_sim, tau)
         result_tier = (
-            gate.tier(keyword_count, best_sim, calib)
+            gate.tier(keyword_evidence, best_sim, calib)
             if use_vector
-            else ("medium" if keyword_count else "low")
+            else ("medium" if keyword_evidence else "low")
         )
         if rejected:
             order = []
@@ -241,7 +246,8 @@ class Searcher:
             "terms": terms,
             "keyword_signal": None if signal is None else round(signal, 4),
             "weights": {k: round(v, 4) for k, v in weights.items()},
-            "keyword_hits": keyword_count,
+            "keyword_hits": len(kw_hits),
+            "keyword_coverage": round(coverage, 4),
             "best_similarity": None if best_sim is None else round(best_sim, 4),
             "tau": tau,
             "rejected": rejected,
@@ -252,19 +258,10 @@ class Searcher:
             logger.debug("search: %d hits, %s", len(hits), summary["timings_ms"])
         return SearchResult(hits=hits, tier=result_tier, rejected=rejected, explain=summary)
 
-    async def _keyword_signal(
-        self,
-        method: str,
-        terms: list[str],
-        dfs: list[int],
-        total: int,
-        kw_hits: list[tuple[int, float]],
+    async def _coverage(
+        self, terms: list[str], dfs: list[int], total: int, kw_hits: list[tuple[int, float]]
     ) -> float:
-        """How far to trust keywords for this query (0: not at all, 1: fully)."""
-        if method == "idf":
-            return fusion.relative_idf(dfs, total)
-        if not kw_hits:
-            return 0.0
+        """The IDF-weighted share of the query the best keyword hit contains (0 to 1)."""
         top = kw_hits[0][0]
         expressions = [quote_term(t) for t in terms]
         matched = await self.store.read(lambda c: readers.matched_terms(c, top, expressions))

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from recalld.storage import vectors
 from recalld.types import Chunk, Document, Filters
 
 _CHUNK_COLUMNS = (
@@ -106,12 +107,19 @@ async def knn(
 ) -> list[tuple[int, float]]:
     """The `k` nearest chunks by cosine distance, as `(chunk_id, distance)`, nearest first.
 
-    Without filters, or with only one kind / granularity, the filter runs inside sqlite-vec's
-    KNN; other filters scan exactly the matching chunks, which is both correct and no slower
-    than the full brute-force KNN.
+    In a store of `vectors.Tuning.exact_below` chunks or more, searches without filters or
+    with kind / granularity filters run the approximate cascade of `storage.vectors` (Recall@10
+    against exact search >= 0.99, issue 7). Otherwise, without filters or with only one kind /
+    granularity, the filter runs inside sqlite-vec's exact KNN; other filters scan exactly the
+    matching chunks, which is both correct and no slower than the full brute-force KNN.
     """
     blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
     simple = Filters(kinds=filters.kinds, granularities=filters.granularities)
+    index = vectors.index_of(conn)
+    if index is not None and filters == simple:
+        found = await vectors.search(conn, index, vector, k, filters.kinds, filters.granularities)
+        if found is not None:
+            return found
     if filters == simple and len(filters.kinds) <= 1 and len(filters.granularities) <= 1:
         sql = "SELECT chunk_id, distance FROM chunks_vec WHERE embedding MATCH ? AND k = ?"
         params: list[Any] = [blob, k]

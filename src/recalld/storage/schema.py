@@ -137,7 +137,21 @@ def sqlite_complete(sql: str) -> bool:
     return bool(sqlite.complete_statement(sql))
 
 
-MIGRATIONS: tuple[tuple[int, str, Migration], ...] = ((1, "m001_core", _script(M001_CORE)),)
+def _m002_vector_index(conn: Any) -> None:
+    # Codes and float copies for the vector cascade (storage/vectors.py, issue 7), backfilled
+    # from chunks_vec when the store already has vectors.
+    from recalld.storage import vectors
+
+    _script(vectors.M002_SQL)(conn)
+    count = vectors.backfill(conn)
+    if count:
+        logger.info("indexed %d existing vectors", count)
+
+
+MIGRATIONS: tuple[tuple[int, str, Migration], ...] = (
+    (1, "m001_core", _script(M001_CORE)),
+    (2, "m002_vector_index", _m002_vector_index),
+)
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from recalld.errors import ModelMismatchError, QueryError, StoreError
-from recalld.storage import schema
+from recalld.storage import schema, vectors
 from recalld.storage.connection import DatabaseError, OperationalError, connect
 
 logger = logging.getLogger(__name__)
@@ -96,6 +96,11 @@ class Store:
         self._deadlines: dict[int, float] = {}
         # Bumped on every commit, so readers' caches (IDF) know when to refresh.
         self.generation = 0
+        # The vector cascade's in-memory mirror; readers.knn and the writer find it by
+        # connection, and write() applies the writer's staged changes after each COMMIT.
+        self.vectors = vectors.VectorIndex(dimension, self._write_lock)
+        for conn in (writer, *readers):
+            vectors.attach(conn, self.vectors)
 
     @classmethod
     async def open(
@@ -168,8 +173,14 @@ class Store:
             try:
                 result = await fn(self._writer)
             except BaseException:
+                self.vectors.rollback()
                 await self._writer.execute("ROLLBACK")
                 raise
-            await self._writer.execute("COMMIT")
+            try:
+                await self._writer.execute("COMMIT")
+            except BaseException:
+                self.vectors.rollback()
+                raise
+            self.vectors.commit()
             self.generation += 1
             return result

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from recalld.storage import vectors
 from recalld.types import ChunkDraft
 
 
@@ -102,52 +103,66 @@ async def replace_document(conn: Any, doc: NewDocument, chunks: Sequence[NewChun
     stale = [cid for key_hash, cid in existing.items() if key_hash not in keep]
     await delete_chunks(conn, stale)
 
-    ids_by_key: dict[str, int] = {}
-    parents: list[tuple[int, str]] = []
+    # Statements go out batched, a few per document rather than one per chunk: each call
+    # through aiosqlite is a thread hop, and bulk ingest was spending most of its time there.
+    kept: list[tuple[int, int]] = []
+    inserts: list[tuple[Any, ...]] = []
     for position, (chunk, digest) in enumerate(zip(chunks, hashes, strict=True)):
         draft = chunk.draft
         if chunk.vector is None:
-            chunk_id = existing[(draft.key, digest)]
-            await conn.execute(
-                "UPDATE chunks SET position = ?, parent_id = NULL WHERE id = ?",
-                (position, chunk_id),
+            kept.append((position, existing[(draft.key, digest)]))
+            continue
+        inserts.append(
+            (
+                doc_id,
+                position,
+                draft.kind,
+                draft.granularity,
+                draft.key,
+                draft.text,
+                digest,
+                chunk.token_count,
+                json.dumps(list(draft.tags)),
+                draft.memory_type,
+                draft.importance,
+                draft.event_time,
+                now,
+                json.dumps(draft.meta, ensure_ascii=False, default=str),
             )
-        else:
-            cursor = await conn.execute(
-                "INSERT INTO chunks (document_id, position, kind, granularity, key, text, "
-                "content_hash, token_count, tags, memory_type, importance, event_time, "
-                "created_at, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    doc_id,
-                    position,
-                    draft.kind,
-                    draft.granularity,
-                    draft.key,
-                    draft.text,
-                    digest,
-                    chunk.token_count,
-                    json.dumps(list(draft.tags)),
-                    draft.memory_type,
-                    draft.importance,
-                    draft.event_time,
-                    now,
-                    json.dumps(draft.meta, ensure_ascii=False, default=str),
-                ),
-            )
-            chunk_id = int(cursor.lastrowid)
-            await conn.execute(
-                "INSERT INTO chunks_vec (chunk_id, embedding, kind, granularity) "
-                "VALUES (?, ?, ?, ?)",
-                (
-                    chunk_id,
-                    np.ascontiguousarray(chunk.vector, dtype=np.float32).tobytes(),
-                    draft.kind,
-                    draft.granularity,
-                ),
-            )
-        ids_by_key[draft.key] = chunk_id
+        )
+    await conn.executemany("UPDATE chunks SET position = ?, parent_id = NULL WHERE id = ?", kept)
+    await conn.executemany(
+        "INSERT INTO chunks (document_id, position, kind, granularity, key, text, "
+        "content_hash, token_count, tags, memory_type, importance, event_time, "
+        "created_at, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        inserts,
+    )
+    # Keys are unique within a document, so they map the new rows back to their ids.
+    ids_by_key = {
+        str(row[0]): int(row[1])
+        for row in await _fetchall(
+            conn, "SELECT key, id FROM chunks WHERE document_id = ?", (doc_id,)
+        )
+    }
+    parents: list[tuple[int, str]] = []
+    embedded: list[tuple[int, npt.NDArray[np.float32], str, str]] = []
+    for chunk in chunks:
+        draft = chunk.draft
+        chunk_id = ids_by_key[draft.key]
+        if chunk.vector is not None:
+            embedded.append((chunk_id, chunk.vector, draft.kind, draft.granularity))
         if draft.parent_key is not None:
             parents.append((chunk_id, draft.parent_key))
+    # One executemany per table rather than a statement per chunk (issue 7: bulk ingest).
+    await conn.executemany(
+        "INSERT INTO chunks_vec (chunk_id, embedding, kind, granularity) VALUES (?, ?, ?, ?)",
+        [
+            (cid, np.ascontiguousarray(vector, dtype=np.float32).tobytes(), kind, granularity)
+            for cid, vector, kind, granularity in embedded
+        ],
+    )
+    dimension = embedded[0][1].shape[-1] if embedded else 0
+    await vectors.insert(conn, embedded, dimension)
     # Parents may come after their children in the list, so link them in a second pass.
     await conn.executemany(
         "UPDATE chunks SET parent_id = ? WHERE id = ?",
@@ -167,6 +182,7 @@ async def delete_chunks(conn: Any, chunk_ids: Iterable[int]) -> None:
         return
     # vec0 tables take no part in foreign keys, so their rows are removed explicitly.
     await conn.executemany("DELETE FROM chunks_vec WHERE chunk_id = ?", params)
+    await vectors.delete(conn, [cid for (cid,) in params])
     await conn.executemany("DELETE FROM chunks WHERE id = ?", params)
 
 

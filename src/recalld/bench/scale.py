@@ -1,0 +1,411 @@
+"""Search at scale: synthetic stores of 10k to 1M chunks, latency, Recall@10, size, RSS, build.
+
+No model is needed: chunk texts are drawn from a Zipf vocabulary with per-topic words (so
+FTS5 has real posting lists to merge), and vectors from a topic / subtopic mixture calibrated
+on all-MiniLM-L6-v2's SciFact vectors (mean cosine of random pairs ~0.12, query to 10th
+neighbour ~0.5, and the same Hamming / asymmetric recall at 80 candidates out of 9k). Chunks
+go in through `writer.replace_document`, 25 per document and 2,000 per transaction, while a
+worker thread draws the next batch.
+
+Each size runs in its own process, so its RSS is its own. Latency is measured on the vector
+route (`readers.knn`, query embedding excluded), on sqlite-vec's exact KNN (the baseline and
+the ground truth for Recall@10), on a kind-filtered vector query, and on the full search
+pipeline (`Searcher.search`, hybrid with every default stage) with precomputed query
+vectors. The real model's query-embedding time is measured once, apart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import multiprocessing
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from recalld.bench import metrics
+from recalld.storage import readers, writer
+from recalld.storage.store import Store
+from recalld.types import NO_FILTERS, ChunkDraft, Filters
+
+CHUNKS_PER_DOCUMENT = 25
+DOCUMENTS_PER_TRANSACTION = 80
+# The mixture's shares of squared norm: a direction every vector shares, its topic, its
+# subtopic and noise (queries are noisier); see the module docstring for the calibration.
+COMMON, TOPIC, SUBTOPIC, NOISE, QUERY_NOISE = 0.115, 0.1, 0.2, 0.585, 0.4
+PER_TOPIC, PER_SUBTOPIC = 1000, 100
+VOCABULARY = 30_000
+TOPIC_WORDS = 24
+
+
+@dataclasses.dataclass(frozen=True)
+class Corpus:
+    """The random structure shared by a store's chunks and its queries."""
+
+    dimension: int
+    common: npt.NDArray[np.float32]
+    topics: npt.NDArray[np.float32]
+    subtopics: npt.NDArray[np.float32]
+    words: list[str]
+    weights: npt.NDArray[np.float64]
+    topic_words: npt.NDArray[np.int64]
+
+    @property
+    def subtopic_count(self) -> int:
+        return int(self.subtopics.shape[0])
+
+
+def _unit(m: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+    out: npt.NDArray[np.float32] = m / np.linalg.norm(m, axis=-1, keepdims=True)
+    return out
+
+
+def _words(rng: np.random.Generator, count: int) -> list[str]:
+    syllables = [c + v for c in "bcdfghjklmnprstvwz" for v in "aeiou"]
+    seen: dict[str, None] = {}
+    while len(seen) < count:
+        parts = rng.integers(0, len(syllables), (count, 3))
+        lengths = rng.integers(1, 4, count)
+        for row, length in zip(parts, lengths, strict=True):
+            seen["".join(syllables[i] for i in row[:length])] = None
+    return list(seen)[:count]
+
+
+def make_corpus(chunks: int, dimension: int, seed: int = 0) -> Corpus:
+    """Topic directions and vocabulary for a store of `chunks` chunks."""
+    rng = np.random.default_rng(seed)
+    topics = max(4, chunks // PER_TOPIC)
+    subtopics = topics * (PER_TOPIC // PER_SUBTOPIC)
+    ranks = np.arange(1, VOCABULARY + 1, dtype=np.float64)
+    weights = 1.0 / ranks**1.07
+    return Corpus(
+        dimension=dimension,
+        common=_unit(rng.standard_normal(dimension, dtype=np.float32)),
+        topics=_unit(rng.standard_normal((topics, dimension), dtype=np.float32)),
+        subtopics=_unit(rng.standard_normal((subtopics, dimension), dtype=np.float32)),
+        words=_words(rng, VOCABULARY),
+        weights=weights / weights.sum(),
+        # Topic words come from the rarer half of the vocabulary, as names and jargon do.
+        topic_words=rng.integers(VOCABULARY // 2, VOCABULARY, (subtopics, TOPIC_WORDS)),
+    )
+
+
+def draw_vectors(
+    corpus: Corpus, subtopic: npt.NDArray[np.int64], rng: np.random.Generator, noise: float
+) -> npt.NDArray[np.float32]:
+    """Unit vectors around the given subtopics."""
+    per = PER_TOPIC // PER_SUBTOPIC
+    noise_part = _unit(rng.standard_normal((len(subtopic), corpus.dimension), dtype=np.float32))
+    mixed = (
+        np.sqrt(COMMON) * corpus.common
+        + np.sqrt(TOPIC) * corpus.topics[subtopic // per]
+        + np.sqrt(SUBTOPIC) * corpus.subtopics[subtopic]
+        + np.sqrt(noise) * noise_part
+    )
+    return _unit(mixed.astype(np.float32))
+
+
+def draw_texts(
+    corpus: Corpus, subtopic: npt.NDArray[np.int64], rng: np.random.Generator
+) -> list[str]:
+    """Chunk texts of 40-120 words: Zipf-distributed common words and a few topic words."""
+    lengths = rng.integers(40, 121, len(subtopic))
+    general = rng.choice(VOCABULARY, size=int(lengths.sum()), p=corpus.weights)
+    topical = rng.integers(0, TOPIC_WORDS, int(lengths.sum()))
+    use_topic = rng.random(int(lengths.sum())) < 0.15
+    words = corpus.words
+    texts = []
+    start = 0
+    for row, length in zip(subtopic, lengths, strict=True):
+        end = start + int(length)
+        ids = np.where(
+            use_topic[start:end], corpus.topic_words[row][topical[start:end]], general[start:end]
+        )
+        texts.append(" ".join(words[i] for i in ids))
+        start = end
+    return texts
+
+
+def batches(
+    corpus: Corpus, chunks: int, seed: int = 1
+) -> Iterator[tuple[list[str], npt.NDArray[np.float32], npt.NDArray[np.int64]]]:
+    """Texts, vectors and subtopics, one transaction's worth at a time."""
+    rng = np.random.default_rng(seed)
+    step = CHUNKS_PER_DOCUMENT * DOCUMENTS_PER_TRANSACTION
+    for start in range(0, chunks, step):
+        count = min(step, chunks - start)
+        subtopic = rng.integers(0, corpus.subtopic_count, count)
+        yield (
+            draw_texts(corpus, subtopic, rng),
+            draw_vectors(corpus, subtopic, rng, NOISE),
+            (subtopic),
+        )
+
+
+def queries(corpus: Corpus, count: int, seed: int = 2) -> tuple[list[str], npt.NDArray[np.float32]]:
+    """Query texts (a few topic and common words) and their precomputed vectors."""
+    rng = np.random.default_rng(seed)
+    subtopic = rng.integers(0, corpus.subtopic_count, count)
+    vectors = draw_vectors(corpus, subtopic, rng, QUERY_NOISE)
+    texts = []
+    for row in subtopic:
+        picked = rng.choice(corpus.topic_words[row], size=2, replace=False)
+        # Two everyday words from below the Zipf head: the head plays stopwords' part.
+        common = rng.integers(200, 5000, size=2)
+        texts.append(" ".join(corpus.words[int(i)] for i in (*picked, *common)))
+    return texts, vectors
+
+
+class PrecomputedEmbedder:
+    """An embedder that answers known texts with their precomputed vectors (for the pipeline
+    timing); anything else gets a deterministic random unit vector."""
+
+    max_tokens = 512
+
+    def __init__(self, dimension: int, known: dict[str, npt.NDArray[np.float32]]) -> None:
+        self.dimension = dimension
+        self.model_id = f"synthetic-{dimension}"
+        self._known = known
+
+    def embed(self, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Look each text up; unknown texts get a vector seeded by their hash."""
+        out = np.zeros((len(texts), self.dimension), dtype=np.float32)
+        for i, text in enumerate(texts):
+            if text in self._known:
+                out[i] = self._known[text]
+            else:
+                rng = np.random.default_rng(abs(hash(text)) % 2**32)
+                out[i] = _unit(rng.standard_normal(self.dimension, dtype=np.float32))
+        return out
+
+    def count_tokens(self, text: str) -> int:
+        """Whitespace words."""
+        return len(text.split())
+
+
+def _documents(
+    first_doc: int,
+    batch: tuple[list[str], npt.NDArray[np.float32], npt.NDArray[np.int64]],
+) -> list[tuple[writer.NewDocument, list[writer.NewChunk]]]:
+    texts, vectors, _ = batch
+    docs = []
+    for doc, start in enumerate(range(0, len(texts), CHUNKS_PER_DOCUMENT), start=first_doc):
+        # Every fifth document is a conversation, so granularity filters have work to do.
+        kind, granularity = ("conversation", "round") if doc % 5 == 4 else ("text", "chunk")
+        new = [
+            writer.NewChunk(
+                ChunkDraft(text=texts[i], kind=kind, granularity=granularity, key=f"c{i}"),  # type: ignore[arg-type]
+                len(texts[i].split()),
+                vectors[i],
+            )
+            for i in range(start, min(start + CHUNKS_PER_DOCUMENT, len(texts)))
+        ]
+        docs.append(
+            (writer.NewDocument(f"synthetic/{doc:07d}.md", kind, "markdown", f"h{doc}"), new)
+        )
+    return docs
+
+
+async def build(path: Path, corpus: Corpus, chunks: int) -> float:
+    """Write a synthetic store of `chunks` chunks at `path`; returns seconds taken."""
+    started = time.perf_counter()
+    store = await Store.open(
+        path, model_id=f"synthetic-{corpus.dimension}", dimension=corpus.dimension
+    )
+    source = batches(corpus, chunks)
+    try:
+        doc = 0
+        written = 0
+        upcoming = asyncio.create_task(asyncio.to_thread(next, source, None))
+        while (batch := await upcoming) is not None:
+            # Draw the next batch in a thread while SQLite writes this one.
+            upcoming = asyncio.create_task(asyncio.to_thread(next, source, None))
+            docs = _documents(doc, batch)
+            doc += len(docs)
+
+            async def write(conn: Any, docs: list[Any] = docs) -> None:
+                for row, new in docs:
+                    await writer.replace_document(conn, row, new)
+
+            await store.write(write)
+            written += len(batch[0])
+            print(f"\rbuilt {written}/{chunks}", end="", file=sys.stderr)
+        print(file=sys.stderr)
+    finally:
+        await store.close()
+    return time.perf_counter() - started
+
+
+def _rss_mb() -> dict[str, float]:
+    """Current and peak resident memory of this process (Linux /proc; empty elsewhere)."""
+    out: dict[str, float] = {}
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    out["rss_mb" if key == "VmRSS" else "peak_rss_mb"] = round(
+                        int(value.split()[0]) / 1024, 1
+                    )
+    except OSError:
+        pass
+    return out
+
+
+def _latency(samples: Sequence[float]) -> dict[str, float]:
+    return {f"p{p}_ms": round(metrics.percentile(list(samples), p), 2) for p in (50, 95, 99)}
+
+
+def _disk_mb(path: Path) -> float:
+    files = [path, path.with_name(path.name + "-wal")]
+    return round(sum(f.stat().st_size for f in files if f.exists()) / 2**20, 1)
+
+
+async def _knn_timed(
+    store: Store, vector: npt.NDArray[np.float32], k: int, filters: Filters
+) -> tuple[list[int], float]:
+    started = time.perf_counter()
+    hits = await store.read(lambda c: readers.knn(c, vector, k, filters))
+    return [cid for cid, _ in hits], (time.perf_counter() - started) * 1000
+
+
+async def measure(path: Path, corpus: Corpus, count: int) -> dict[str, Any]:
+    """Open the store at `path` and time every route on `count` queries."""
+    from recalld.api import calibrate
+    from recalld.config import SearchSettings
+    from recalld.retrieval.search import Searcher
+
+    texts, vectors = queries(corpus, count)
+    store = await Store.open(
+        path, model_id=f"synthetic-{corpus.dimension}", dimension=corpus.dimension
+    )
+    try:
+        started = time.perf_counter()
+        async with store.reading() as conn:
+            await store.vectors.ensure_loaded(conn)
+        load_s = time.perf_counter() - started
+        approximate = store.vectors.use_for((), ())
+        tuning = store.vectors.tuning
+        routes: dict[str, list[float]] = {"vector": [], "exact": [], "vector_filtered": []}
+        found, exact, found_f, exact_f = [], [], [], []
+        only_rounds = Filters(granularities=("round",))
+        for vector in vectors:
+            ids, ms = await _knn_timed(store, vector, 10, NO_FILTERS)
+            found.append(ids)
+            routes["vector"].append(ms)
+            ids, ms = await _knn_timed(store, vector, 10, only_rounds)
+            found_f.append(ids)
+            routes["vector_filtered"].append(ms)
+            # The exact baseline: the same call with the cascade switched off.
+            store.vectors.tuning = dataclasses.replace(tuning, exact_below=2**62)
+            try:
+                ids, ms = await _knn_timed(store, vector, 10, NO_FILTERS)
+                exact.append(ids)
+                routes["exact"].append(ms)
+                ids, _ = await _knn_timed(store, vector, 10, only_rounds)
+                exact_f.append(ids)
+            finally:
+                store.vectors.tuning = tuning
+        recall = [len(set(a) & set(b)) / max(1, len(b)) for a, b in zip(found, exact, strict=True)]
+        recall_f = [
+            len(set(a) & set(b)) / max(1, len(b)) for a, b in zip(found_f, exact_f, strict=True)
+        ]
+
+        embedder = PrecomputedEmbedder(corpus.dimension, dict(zip(texts, vectors, strict=True)))
+        searcher = Searcher(store, embedder, SearchSettings(), await calibrate(embedder))
+        full = []
+        for text in texts:
+            started = time.perf_counter()
+            await searcher.search(text)
+            full.append((time.perf_counter() - started) * 1000)
+        index_mb = round(store.vectors.memory_bytes() / 2**20, 1)
+    finally:
+        await store.close()
+    return {
+        "route": "cascade" if approximate else "exact",
+        "queries": count,
+        "recall@10": round(metrics.mean(recall), 4),
+        "recall@10_min": round(min(recall), 2),
+        "recall@10_filtered": round(metrics.mean(recall_f), 4),
+        "vector": _latency(routes["vector"]),
+        "vector_filtered": _latency(routes["vector_filtered"]),
+        "exact": _latency(routes["exact"]),
+        "search_full": _latency(full),
+        "index_load_s": round(load_s, 2),
+        "index_mb": index_mb,
+        **_rss_mb(),
+    }
+
+
+def run_size(workdir: Path, chunks: int, dimension: int, count: int, keep: bool) -> dict[str, Any]:
+    """Build (or reuse) the store of `chunks` chunks under `workdir` and measure it."""
+    path = workdir / f"scale-{chunks}-{dimension}.db"
+    corpus = make_corpus(chunks, dimension)
+    build_s = None
+    if not (keep and path.exists()):
+        for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            stale.unlink(missing_ok=True)
+        build_s = asyncio.run(build(path, corpus, chunks))
+    disk = _disk_mb(path)
+    result = asyncio.run(measure(path, corpus, count))
+    return {
+        "chunks": chunks,
+        "dimension": dimension,
+        "build_s": None if build_s is None else round(build_s, 1),
+        "build_chunks_per_s": None if build_s is None else round(chunks / build_s),
+        "disk_mb": disk,
+        **result,
+    }
+
+
+def _child(args: tuple[Path, int, int, int, bool]) -> dict[str, Any]:
+    return run_size(*args)
+
+
+def embed_timing(count: int, settings: Any) -> dict[str, Any] | None:
+    """The real model's time to embed one query, on `count` short queries (None: skipped)."""
+    if count <= 0:
+        return None
+    from recalld.bench.common import load_model
+
+    model = load_model(settings)
+    texts, _ = queries(make_corpus(1000, 8), count, seed=3)
+    model.embed(["warm up the graph"])
+    times = []
+    for text in texts:
+        started = time.perf_counter()
+        model.embed([text])
+        times.append((time.perf_counter() - started) * 1000)
+    return {"model": model.model_id, "queries": count, **_latency(times)}
+
+
+def run(
+    sizes: Sequence[int],
+    dimension: int,
+    count: int,
+    workdir: Path,
+    keep: bool,
+    embed_queries: int,
+    settings: Any,
+) -> dict[str, Any]:
+    """Every size, each in a fresh process, then the model's query-embedding time."""
+    from recalld.storage.vectors import Tuning
+
+    results = []
+    context = multiprocessing.get_context("spawn")
+    for chunks in sizes:
+        with context.Pool(1) as pool:
+            results.append(pool.apply(_child, ((workdir, chunks, dimension, count, keep),)))
+        print(f"{chunks}: {results[-1]}", file=sys.stderr)
+    return {
+        "dimension": dimension,
+        "queries": count,
+        "tuning": dataclasses.asdict(Tuning()),
+        "sizes": results,
+        "query_embedding": embed_timing(embed_queries, settings),
+    }

@@ -1,0 +1,505 @@
+"""Vector search that holds at a million chunks: sign bits in memory, exact rescoring in SQLite.
+
+sqlite-vec 0.1 has no ANN index: its exact KNN reads every vector, ~50 ms per query at
+100k x 384 on a 2-core laptop, growing linearly (issue 7). Below `Tuning.exact_below` live
+chunks `readers.knn` keeps that exact path; above it, it runs this cascade:
+
+1. **Hamming** distance between the query's sign bits and every chunk's (one bit per dimension,
+   held in memory column by column: 48 MB per million 384-d chunks, ~11 ms per million).
+2. **Asymmetric** score, the float query against each candidate's bits through per-byte lookup
+   tables, on the best few percent. On MiniLM vectors it needs ~4x fewer candidates than
+   Hamming for the same recall (measured on SciFact, see the README's Benchmarks).
+3. **Exact** cosine distance in SQLite for the best ~0.5 %, from `vector_floats`, a plain table
+   whose rows are cheap to fetch by id (vec0 point lookups cost ~0.1 ms a row).
+
+Consistency: `vector_codes` and `vector_floats` are written by `insert` / `delete` on the writer
+connection, inside the caller's transaction. The in-memory mirror (`VectorIndex`) is loaded
+lazily under the store's write lock, so no commit can slip between the snapshot it reads and
+the changes it applies; the writer's changes are staged on the index and applied by the store
+after COMMIT (dropped on ROLLBACK). A search holds references to the arrays it started with:
+appends go past its `size` and compaction builds new arrays, so a concurrent write never
+changes what a running search reads, and the final SQLite step only returns rows that exist
+in the reader's snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import weakref
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+logger = logging.getLogger(__name__)
+
+FloatArray = npt.NDArray[np.float32]
+
+M002_SQL = """
+CREATE TABLE vector_codes (
+    chunk_id INTEGER PRIMARY KEY,
+    code BLOB NOT NULL,
+    kind TEXT NOT NULL,
+    granularity TEXT NOT NULL
+);
+CREATE TABLE vector_floats (
+    chunk_id INTEGER PRIMARY KEY,
+    embedding BLOB NOT NULL
+);
+"""
+
+_BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little")
+_LOAD_BATCH = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """How many candidates each stage keeps (chosen with `python -m recalld.bench scale`).
+
+    Attributes:
+        exact_below: Stores with fewer live chunks use sqlite-vec's exact KNN.
+        stage1_fraction, stage1_min: Hamming keeps max(min, fraction x chunks).
+        stage2_fraction, stage2_min, stage2_per_k: The asymmetric score keeps
+            max(min, per_k x k, fraction x chunks) for exact rescoring.
+    """
+
+    exact_below: int = 20_000
+    stage1_fraction: float = 0.04
+    stage1_min: int = 2_000
+    stage2_fraction: float = 0.005
+    stage2_min: int = 250
+    stage2_per_k: int = 8
+
+
+def code_bytes(dimension: int) -> int:
+    """Bytes per code: one bit per dimension, padded to whole 64-bit words."""
+    return (dimension + 63) // 64 * 8
+
+
+def encode(vectors: npt.NDArray[np.floating[Any]], dimension: int) -> npt.NDArray[np.uint8]:
+    """Sign bits of each row, packed little-endian (bit b of byte j is dimension 8j + b)."""
+    matrix = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
+    bits = np.zeros((matrix.shape[0], code_bytes(dimension) * 8), dtype=bool)
+    bits[:, :dimension] = matrix[:, :dimension] > 0
+    return np.packbits(bits, axis=1, bitorder="little")
+
+
+class _Arrays:
+    """One generation of the mirror's arrays; a search keeps the object it started with."""
+
+    __slots__ = ("alive", "codes", "grans", "ids", "kinds", "size")
+
+    def __init__(self, words: int, capacity: int) -> None:
+        self.codes = np.zeros((words, capacity), dtype=np.uint64)  # column-major: fast popcount
+        self.ids = np.zeros(capacity, dtype=np.int64)
+        self.kinds = np.zeros(capacity, dtype=np.uint8)
+        self.grans = np.zeros(capacity, dtype=np.uint8)
+        self.alive = np.zeros(capacity, dtype=bool)
+        self.size = 0
+
+    @property
+    def capacity(self) -> int:
+        return int(self.ids.shape[0])
+
+    def grown(self, needed: int) -> _Arrays:
+        """A copy with room for `needed` more rows."""
+        new = _Arrays(self.codes.shape[0], max(1024, 2 * self.capacity, self.size + needed))
+        n = self.size
+        new.codes[:, :n] = self.codes[:, :n]
+        for name in ("ids", "kinds", "grans", "alive"):
+            getattr(new, name)[:n] = getattr(self, name)[:n]
+        new.size = n
+        return new
+
+
+Change = tuple[str, Any]
+
+
+class VectorIndex:
+    """The in-memory mirror of `vector_codes` for one store.
+
+    Args:
+        dimension: The store's vector length.
+        write_lock: The store's write lock, held while loading.
+        tuning: Candidate counts per stage.
+    """
+
+    def __init__(
+        self, dimension: int, write_lock: asyncio.Lock, tuning: Tuning | None = None
+    ) -> None:
+        self.dimension = dimension
+        self.tuning = tuning or Tuning()
+        self._words = code_bytes(dimension) // 8
+        self._write_lock = write_lock
+        self._arrays: _Arrays | None = None
+        self._slots: dict[int, int] = {}
+        self._dead = 0
+        self._pending: list[Change] = []
+        self._vocab: dict[str, int] = {}
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the mirror is in memory (it loads on the first search that needs it)."""
+        return self._arrays is not None
+
+    @property
+    def live(self) -> int:
+        """Chunks in the mirror (0 until loaded)."""
+        return len(self._slots)
+
+    def memory_bytes(self) -> int:
+        """Bytes held by the arrays (the id map adds ~100 bytes per chunk on top)."""
+        a = self._arrays
+        if a is None:
+            return 0
+        return sum(int(getattr(a, n).nbytes) for n in ("codes", "ids", "kinds", "grans", "alive"))
+
+    def _label(self, value: str) -> int:
+        if value not in self._vocab:
+            # 0 is never used, so a fresh array's zeros match no filter.
+            self._vocab[value] = len(self._vocab) + 1
+        return self._vocab[value]
+
+    # -- staging: called by the writer inside a transaction, applied by the store -------------
+
+    def stage(self, change: Change) -> None:
+        """Record a change made in the open transaction (`upsert`, `delete` or `reload`)."""
+        self._pending.append(change)
+
+    def commit(self) -> None:
+        """The transaction committed: apply what it staged."""
+        pending, self._pending = self._pending, []
+        if self._arrays is None:
+            return  # not loaded: the load will read the committed rows
+        for op, payload in pending:
+            if op == "reload":
+                self._unload()
+                return
+            if op == "delete":
+                self._delete(payload)
+            else:
+                self._upsert(*payload)
+        if self._dead > max(1024, len(self._slots) // 4):
+            self._compact()
+
+    def rollback(self) -> None:
+        """The transaction rolled back: forget what it staged."""
+        self._pending = []
+
+    def _unload(self) -> None:
+        self._arrays = None
+        self._slots = {}
+        self._dead = 0
+
+    def _delete(self, chunk_ids: Iterable[int]) -> None:
+        assert self._arrays is not None
+        for cid in chunk_ids:
+            slot = self._slots.pop(int(cid), None)
+            if slot is not None:
+                self._arrays.alive[slot] = False
+                self._dead += 1
+
+    def _upsert(
+        self,
+        chunk_ids: Sequence[int],
+        codes: npt.NDArray[np.uint8],
+        kinds: Sequence[str],
+        grans: Sequence[str],
+    ) -> None:
+        self._delete(chunk_ids)
+        a = self._arrays
+        assert a is not None
+        count = len(chunk_ids)
+        if a.size + count > a.capacity:
+            # A new object: searches running on the old one keep reading it unchanged.
+            a = self._arrays = a.grown(count)
+        start, end = a.size, a.size + count
+        a.codes[:, start:end] = np.ascontiguousarray(codes).view(np.uint64).T
+        a.ids[start:end] = chunk_ids
+        a.kinds[start:end] = [self._label(k) for k in kinds]
+        a.grans[start:end] = [self._label(g) for g in grans]
+        a.alive[start:end] = True
+        for offset, cid in enumerate(chunk_ids):
+            self._slots[int(cid)] = start + offset
+        a.size = end  # last: a search that reads `size` sees finished rows only
+
+    def _compact(self) -> None:
+        old = self._arrays
+        assert old is not None
+        keep = np.flatnonzero(old.alive[: old.size])
+        new = _Arrays(self._words, max(1024, len(keep) * 5 // 4))
+        n = len(keep)
+        new.codes[:, :n] = old.codes[:, keep]
+        new.ids[:n] = old.ids[keep]
+        new.kinds[:n] = old.kinds[keep]
+        new.grans[:n] = old.grans[keep]
+        new.alive[:n] = True
+        new.size = n
+        self._slots = {int(cid): slot for slot, cid in enumerate(new.ids[:n])}
+        self._dead = 0
+        self._arrays = new
+        logger.debug("compacted the vector index to %d chunks", n)
+
+    # -- loading -------------------------------------------------------------------------------
+
+    async def ensure_loaded(self, conn: Any) -> None:
+        """Load the mirror from `vector_codes` through `conn`, once, under the write lock."""
+        if self._arrays is not None:
+            return
+        async with self._write_lock:
+            if self._arrays is not None:
+                return
+            ids: list[int] = []
+            codes: list[bytes] = []
+            kinds: list[str] = []
+            grans: list[str] = []
+            async with conn.execute(
+                "SELECT chunk_id, code, kind, granularity FROM vector_codes"
+            ) as cursor:
+                while rows := await cursor.fetchmany(_LOAD_BATCH):
+                    for row in rows:
+                        ids.append(row[0])
+                        codes.append(row[1])
+                        kinds.append(row[2])
+                        grans.append(row[3])
+            await asyncio.to_thread(self._build, ids, codes, kinds, grans)
+            logger.info("loaded the vector index: %d chunks", len(ids))
+
+    def _build(
+        self, ids: list[int], codes: list[bytes], kinds: list[str], grans: list[str]
+    ) -> None:
+        width = code_bytes(self.dimension)
+        matrix = np.frombuffer(b"".join(codes), dtype=np.uint8).reshape(len(ids), width)
+        arrays = _Arrays(self._words, max(1024, len(ids) * 5 // 4))
+        n = len(ids)
+        arrays.codes[:, :n] = matrix.view(np.uint64).T
+        arrays.ids[:n] = ids
+        arrays.kinds[:n] = [self._label(k) for k in kinds]
+        arrays.grans[:n] = [self._label(g) for g in grans]
+        arrays.alive[:n] = True
+        arrays.size = n
+        # Published last, whole: a search never sees a half-built mirror.
+        self._slots = {cid: slot for slot, cid in enumerate(ids)}
+        self._dead = 0
+        self._arrays = arrays
+
+    # -- searching -----------------------------------------------------------------------------
+
+    def use_for(self, kinds: Sequence[str], granularities: Sequence[str]) -> bool:
+        """Whether the cascade should answer (the store is big enough, the mirror is loaded)."""
+        del kinds, granularities  # both filters run inside the cascade
+        return self._arrays is not None and len(self._slots) >= self.tuning.exact_below
+
+    def candidates(
+        self, query: FloatArray, k: int, kinds: Sequence[str], granularities: Sequence[str]
+    ) -> list[int]:
+        """Stages 1 and 2: the chunk ids to rescore exactly (blocking numpy; run in a thread)."""
+        a = self._arrays
+        if a is None:
+            return []
+        n = a.size
+        codes, ids, alive = a.codes, a.ids, a.alive
+        q = np.asarray(query, dtype=np.float32).reshape(-1)[: self.dimension]
+        qcode = encode(q, self.dimension).view(np.uint64).reshape(-1)
+        live = len(self._slots)
+        t = self.tuning
+
+        # Stage 1: Hamming distance over every row, one 64-bit word column at a time.
+        dist = np.bitwise_count(codes[0, :n] ^ qcode[0]).astype(np.uint16)
+        for w in range(1, self._words):
+            dist += np.bitwise_count(codes[w, :n] ^ qcode[w])
+        valid = alive[:n]
+        for values, column in ((kinds, a.kinds), (granularities, a.grans)):
+            if values:
+                labels = [self._vocab[v] for v in values if v in self._vocab]
+                valid = valid & np.isin(column[:n], labels)
+        eligible = int(np.count_nonzero(valid))
+        if eligible == 0:
+            return []
+        sentinel = self._words * 64 + 1
+        dist[~valid] = sentinel
+        keep1 = max(t.stage1_min, int(t.stage1_fraction * live))
+        if eligible <= keep1:
+            first = np.flatnonzero(valid)
+        else:
+            # Counting beats argpartition: distances are small integers. Ties at the cut-off
+            # all stay in, so stage 1 never drops a row its equal neighbour kept.
+            cumulative = np.cumsum(np.bincount(dist, minlength=sentinel + 1))
+            cut = int(np.searchsorted(cumulative, keep1))
+            first = np.flatnonzero(dist <= cut)
+
+        # Stage 2: float query . candidate's +-1 code, summed per byte from lookup tables.
+        keep2 = max(t.stage2_min, t.stage2_per_k * k, int(t.stage2_fraction * live))
+        if len(first) <= keep2:
+            return [int(i) for i in ids[first]]
+        padded = np.zeros(self._words * 64, dtype=np.float32)
+        padded[: self.dimension] = q
+        tables = (_BYTE_BITS.astype(np.float32) @ padded.reshape(-1, 8).T).T.ravel()
+        cand_bytes = np.ascontiguousarray(codes[:, first].T).view(np.uint8)
+        offsets = np.arange(cand_bytes.shape[1], dtype=np.int32) * 256
+        score = np.take(tables, cand_bytes + offsets).sum(axis=1)
+        best = np.argpartition(-score, keep2 - 1)[:keep2]
+        return [int(i) for i in ids[first[best]]]
+
+
+_INDEXES: weakref.WeakKeyDictionary[Any, VectorIndex] = weakref.WeakKeyDictionary()
+
+
+def attach(conn: Any, index: VectorIndex) -> None:
+    """Bind a store's connection to its index, so `readers.knn` and the writer can find it."""
+    _INDEXES[conn] = index
+
+
+def index_of(conn: Any) -> VectorIndex | None:
+    """The index bound to `conn` (None for connections opened outside a `Store`)."""
+    return _INDEXES.get(conn)
+
+
+async def insert(
+    conn: Any, rows: Sequence[tuple[int, FloatArray, str, str]], dimension: int
+) -> None:
+    """Store codes and float copies for new chunks `(chunk_id, vector, kind, granularity)`."""
+    if not rows:
+        return
+    matrix = np.stack([np.asarray(r[1], dtype=np.float32) for r in rows])
+    codes = encode(matrix, dimension)
+    ids = [int(r[0]) for r in rows]
+    await conn.executemany(
+        "INSERT OR REPLACE INTO vector_codes (chunk_id, code, kind, granularity) "
+        "VALUES (?, ?, ?, ?)",
+        [
+            (cid, codes[i].tobytes(), r[2], r[3])
+            for i, (cid, r) in enumerate(zip(ids, rows, strict=True))
+        ],
+    )
+    await conn.executemany(
+        "INSERT OR REPLACE INTO vector_floats (chunk_id, embedding) VALUES (?, ?)",
+        [(cid, np.ascontiguousarray(matrix[i]).tobytes()) for i, cid in enumerate(ids)],
+    )
+    index = index_of(conn)
+    if index is not None:
+        index.stage(("upsert", (ids, codes, [r[2] for r in rows], [r[3] for r in rows])))
+
+
+async def delete(conn: Any, chunk_ids: Sequence[int]) -> None:
+    """Remove the codes and float copies of deleted chunks."""
+    if not chunk_ids:
+        return
+    params = [(int(cid),) for cid in chunk_ids]
+    await conn.executemany("DELETE FROM vector_codes WHERE chunk_id = ?", params)
+    await conn.executemany("DELETE FROM vector_floats WHERE chunk_id = ?", params)
+    index = index_of(conn)
+    if index is not None:
+        index.stage(("delete", [p[0] for p in params]))
+
+
+async def rebuild(conn: Any, dimension: int) -> int:
+    """Refill both tables from `chunks_vec` (after its vectors were replaced, e.g. by reindex).
+
+    Runs in the caller's write transaction; the mirror reloads after it commits.
+
+    Returns:
+        The number of chunks indexed.
+    """
+    await conn.execute("DELETE FROM vector_codes")
+    await conn.execute("DELETE FROM vector_floats")
+    total = 0
+    last = -1
+    while True:
+        async with conn.execute(
+            "SELECT chunk_id, embedding, kind, granularity FROM chunks_vec WHERE chunk_id > ? "
+            "ORDER BY chunk_id LIMIT ?",
+            (last, _LOAD_BATCH),
+        ) as cursor:
+            rows = list(await cursor.fetchall())
+        if not rows:
+            break
+        await _insert_raw(conn, rows, dimension)
+        total += len(rows)
+        last = int(rows[-1][0])
+    index = index_of(conn)
+    if index is not None:
+        index.stage(("reload", None))
+    return total
+
+
+async def _insert_raw(conn: Any, rows: Sequence[Any], dimension: int) -> None:
+    matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(-1, dimension)
+    codes = encode(matrix, dimension)
+    await conn.executemany(
+        "INSERT INTO vector_codes (chunk_id, code, kind, granularity) VALUES (?, ?, ?, ?)",
+        [(r[0], codes[i].tobytes(), r[2], r[3]) for i, r in enumerate(rows)],
+    )
+    await conn.executemany(
+        "INSERT INTO vector_floats (chunk_id, embedding) VALUES (?, ?)",
+        [(r[0], r[1]) for r in rows],
+    )
+
+
+def backfill(conn: Any) -> int:
+    """Fill both tables from an existing `chunks_vec` (migration m002; blocking).
+
+    Returns:
+        The number of chunks indexed (0 for a store whose vector table does not exist yet).
+    """
+    exists = conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    if not exists or "dimension" not in meta:
+        return 0
+    dimension = int(meta["dimension"])
+    total = 0
+    last = -1
+    while True:
+        rows = conn.execute(
+            "SELECT chunk_id, embedding, kind, granularity FROM chunks_vec WHERE chunk_id > ? "
+            "ORDER BY chunk_id LIMIT ?",
+            (last, _LOAD_BATCH),
+        ).fetchall()
+        if not rows:
+            break
+        matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
+        codes = encode(matrix.reshape(-1, dimension), dimension)
+        conn.executemany(
+            "INSERT INTO vector_codes (chunk_id, code, kind, granularity) VALUES (?, ?, ?, ?)",
+            [(r[0], codes[i].tobytes(), r[2], r[3]) for i, r in enumerate(rows)],
+        )
+        conn.executemany(
+            "INSERT INTO vector_floats (chunk_id, embedding) VALUES (?, ?)",
+            [(r[0], r[1]) for r in rows],
+        )
+        total += len(rows)
+        last = int(rows[-1][0])
+    return total
+
+
+async def search(
+    conn: Any,
+    index: VectorIndex,
+    vector: FloatArray,
+    k: int,
+    kinds: Sequence[str] = (),
+    granularities: Sequence[str] = (),
+) -> list[tuple[int, float]] | None:
+    """The cascade's `k` nearest chunks as `(chunk_id, cosine distance)`, nearest first.
+
+    Returns:
+        None when the exact path should answer instead (a small store).
+    """
+    await index.ensure_loaded(conn)
+    if not index.use_for(kinds, granularities):
+        return None
+    ids = await asyncio.to_thread(index.candidates, vector, k, kinds, granularities)
+    if not ids:
+        return []
+    blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+    async with conn.execute(
+        "SELECT chunk_id, vec_distance_cosine(embedding, ?) AS distance FROM vector_floats "
+        "WHERE chunk_id IN (SELECT value FROM json_each(?)) ORDER BY distance, chunk_id LIMIT ?",
+        (blob, json.dumps(ids), k),
+    ) as cursor:
+        rows = await cursor.fetchall()
+    return [(int(r[0]), float(r[1])) for r in rows]

@@ -1,0 +1,1 @@
+"""Reusable test helpers: fakes that stand at process boundaries (see STYLE.md, Testing)."""
