@@ -14,6 +14,8 @@ import pytest
 
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
+from recalld.errors import EmbeddingError
+from recalld.ingest import scheduler as scheduler_module
 from recalld.ingest.scheduler import Job, Scheduler
 from recalld.ingest.watcher import PathFilter, WatchedSource
 from recalld.storage import readers
@@ -221,3 +223,49 @@ async def test_walk_skips_virtualenvs_and_ignored_folders(folder: Path) -> None:
     write(folder / "node_modules" / "m.js", "x")
     found = [f.path.relative_to(folder).as_posix() async for f in walk(folder)]
     assert found == ["keep/a.md"]
+
+
+class FlakyEmbedder:
+    """Wraps the store's embedder and fails the first `failures` calls, like a dead endpoint."""
+
+    def __init__(self, inner: Any, failures: int) -> None:
+        self.inner = inner
+        self.failures = failures
+        self.model_id, self.dimension, self.max_tokens = (
+            inner.model_id,
+            inner.dimension,
+            inner.max_tokens,
+        )
+
+    def embed(self, texts: list[str]) -> Any:
+        if self.failures > 0:
+            self.failures -= 1
+            raise EmbeddingError("endpoint unavailable")
+        return self.inner.embed(texts)
+
+    def count_tokens(self, text: str) -> int:
+        return int(self.inner.count_tokens(text))
+
+
+async def test_embedding_failure_is_retried_until_the_file_is_stored(
+    memory: AsyncMemory, folder: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scheduler_module, "RETRY_FIRST_S", 0.1)
+    flaky = FlakyEmbedder(memory.ingestor.embedder, failures=2)
+    memory.ingestor.embedder = flaky
+    (folder / "a.md").write_text("# Pending\n\nThis text must survive an embedding outage.")
+    async with Harness(memory, folder) as harness:
+        harness.scheduler.scan(folder)
+        await harness.settle()
+        for _ in range(100):
+            found = await memory.store.read(
+                lambda c: readers.document_by_source(c, str(folder / "a.md"))
+            )
+            if found is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert found is not None and found.state == "complete"
+        assert flaky.failures == 0
+        assert harness.scheduler.depths()["retrying"] == 0
+        # The outage is not an ingest error of the file.
+        assert (await memory.counts())["errors"] == 0

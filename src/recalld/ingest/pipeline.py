@@ -146,7 +146,8 @@ class Ingestor:
             IngestError: The file cannot be read or parsed; the reason is also recorded in the
                 store's errors table.
         """
-        source = source or os.path.abspath(path)
+        if source is None:
+            source = await asyncio.to_thread(os.path.abspath, path)
         try:
             data, mtime, size = await asyncio.to_thread(_read_file, path, self.max_file_bytes)
         except OSError as exc:

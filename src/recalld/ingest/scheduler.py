@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recalld.errors import IngestError, NotFoundError, RecalldError
+from recalld.errors import EmbeddingError, IngestError, NotFoundError, RecalldError
 from recalld.ingest.pipeline import Ingestor, IngestReport, content_hash
 from recalld.ingest.watcher import FileState, PathFilter, WatchedSource, accepts, walk
 from recalld.storage import readers, writer
@@ -42,6 +42,8 @@ logger = logging.getLogger(__name__)
 # Stored documents under a root are loaded as one map for a reconcile; this bounds it.
 _MAX_DOCUMENTS = 10_000_000
 MAX_REPORTED_ERRORS = 20
+RETRY_FIRST_S = 5.0
+RETRY_MAX_S = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +67,7 @@ class BatchReport:
     moved: int = 0
     chunks: int = 0
     embedded: int = 0
+    retrying: int = 0  # embedding failed; the file is retried later
     errors: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, other: BatchReport) -> None:
@@ -79,6 +82,7 @@ class BatchReport:
             "moved",
             "chunks",
             "embedded",
+            "retrying",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         room = MAX_REPORTED_ERRORS - len(self.errors)
@@ -166,6 +170,9 @@ class Scheduler:
         # change, so an unreadable file is reported once, not in a loop.
         self._failed: dict[str, tuple[float, int]] = {}
         self._queued: set[Path] = set()
+        # Files whose embedding failed (endpoint down): retried with back-off, never dropped.
+        self._retry_delay: dict[Path, float] = {}
+        self._retry_timers: dict[Path, asyncio.TimerHandle] = {}
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -202,12 +209,27 @@ class Scheduler:
             "jobs": self._jobs.qsize(),
             "scans": self._scans.qsize() + self._scanning,
             "in_flight": self._in_flight,
+            "retrying": len(self._retry_timers),
         }
 
     @property
     def pending(self) -> int:
-        """Everything not yet done."""
-        return sum(self.depths().values())
+        """Everything in work or waiting for it (files waiting to retry embedding excluded)."""
+        return sum(v for k, v in self.depths().items() if k != "retrying")
+
+    def _retry_later(self, path: Path) -> None:
+        """Try a file again after an embedding failure, backing off up to five minutes."""
+        delay = min(self._retry_delay.get(path, RETRY_FIRST_S / 2) * 2, RETRY_MAX_S)
+        self._retry_delay[path] = delay
+        logger.warning("embedding failed for %s; retrying in %.0f s", path, delay)
+        if old := self._retry_timers.pop(path, None):
+            old.cancel()
+
+        def fire() -> None:
+            self._retry_timers.pop(path, None)
+            self.notify(path, deleted=False)
+
+        self._retry_timers[path] = asyncio.get_running_loop().call_later(delay, fire)
 
     async def wait_idle(self) -> None:
         """Wait until nothing is pending."""
@@ -233,6 +255,9 @@ class Scheduler:
             ]
             await stop.wait()
             loops[1].cancel()  # an unfinished scan is redone at the next start
+            for timer in self._retry_timers.values():
+                timer.cancel()  # files waiting to retry are found again at the next start
+            self._retry_timers.clear()
             for path, (deleted, _, _) in list(self._pending.items()):
                 self._pending.pop(path, None)
                 with contextlib.suppress(asyncio.QueueFull):
@@ -491,7 +516,9 @@ class Scheduler:
             for result in await self.ingestor.ingest_many(items):
                 self._count(report, result)
                 self._failed.pop(result.source, None)
-        except RecalldError:
+            for item in todo:
+                self._retry_delay.pop(item.path, None)
+        except RecalldError as exc:
             # The Ingestor ingested the others and recorded every failure; find out which.
             for item in todo:
                 doc = await self._document(item.source)
@@ -499,6 +526,10 @@ class Scheduler:
                     report.ingested += 1
                     report.chunks += doc.chunk_count
                     self._failed.pop(item.source, None)
+                    self._retry_delay.pop(item.path, None)
+                elif isinstance(exc, EmbeddingError):
+                    report.retrying += 1
+                    self._retry_later(item.path)
                 else:
                     self._failed[item.source] = (item.mtime, item.size)
                     await self._note_failure(report, item.source)
