@@ -126,14 +126,17 @@ class SearchSettings:
     # Per-query weights: keyword weight = sigmoid(slope * (signal - midpoint)), where the signal
     # is the IDF-weighted share of query terms the best keyword hit contains ("coverage") or
     # the mean relative IDF of the query's terms ("idf", vstash).
+    # Tuned on SciFact train and LoCoMo dev (README, Benchmarks).
     adaptive_midpoint: float = 0.5
     adaptive_slope: float = 10.0
     gate: bool = True
-    # A keyword hit counts as evidence for the gate only when the best BM25 hit holds this
-    # IDF-weighted share of the query: with OR queries almost every question matches something.
-    gate_coverage: float = 0.5
+    # A keyword hit counts as evidence for the gate only when the best BM25 hit holds at least
+    # this IDF-weighted share of the query. 0 is MemX's R1 as published (any keyword hit): on
+    # LoCoMo a stricter value rejected no more unanswerable questions, and on paraphrased
+    # questions it rejected answerable ones.
+    gate_coverage: float = 0.0
     tau: float = 0.0  # 0: the model's calibrated value
-    mmr: bool = True
+    mmr: bool = False  # measured: lowers NDCG@10 on SciFact and Recall@5 on LoCoMo
     mmr_lambda: float = 0.7
     dedup: bool = True
     expand: int = 0  # neighbouring chunks on each side

@@ -23,7 +23,7 @@ async def test_status(daemon: Running) -> None:
     assert info["socket"] == str(daemon.socket)
     assert info["drop_folder"] == str(daemon.home / "data" / "drop")
     assert (daemon.home / "data" / "drop").is_dir()
-    assert set(info["queues"]) == {"events", "jobs", "scans", "in_flight"}
+    assert set(info["queues"]) == {"events", "jobs", "scans", "in_flight", "retrying"}
     assert info["counts"]["documents"] == 0 and info["errors"] == 0
 
 

@@ -53,3 +53,15 @@ QUESTIONS = {
     "When does the child practise music and what piece?": "piano",
     "How do we keep compiler versions consistent?": "rust",
 }
+
+# Questions nothing in PASSAGES answers, most sharing no words with it.
+OFF_TOPIC = (
+    "quantum chromodynamics lattice gluon propagators",
+    "Who won the 1998 FIFA World Cup final?",
+    "What is the boiling point of liquid nitrogen?",
+    "Translate this sentence into Klingon",
+    "best pizza toppings for a party",
+    "How many moons does Jupiter have?",
+    "Explain the causes of the French Revolution",
+    "Who painted the Sistine Chapel ceiling?",
+)

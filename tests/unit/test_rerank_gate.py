@@ -60,6 +60,6 @@ def test_calibrate_from_unrelated_vectors():
     vecs = rng.normal(size=(24, 64)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     cal = gate.calibrate(vecs)
-    # Random 64-d unit vectors: mean ~0, sd ~1/8 -> tau ~0.5.
-    assert 0.3 < cal.tau < 0.7
+    # Random 64-d unit vectors: mean ~0, sd ~1/8 -> tau ~0.25.
+    assert 0.15 < cal.tau < 0.4
     assert cal.tau < cal.high < 1.0

@@ -32,8 +32,11 @@ def _emit(
     results: Path,
     rows: list[list[str]],
     header: list[str],
+    plot: bool = False,
 ) -> None:
     path = common.write_report(results, name, report)
+    if plot:
+        _plot({"benchmark": name, **report}, path.with_suffix(".png"))
     if as_json:
         click.echo(json.dumps(report, indent=2, sort_keys=True))
         return
@@ -41,6 +44,22 @@ def _emit(
     for row in [header, *rows]:
         click.echo("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
     click.echo(f"report: {path}")
+
+
+def _plot(report: dict[str, Any], out: Path) -> None:
+    from recalld.bench import plot
+
+    try:
+        plot.plot_report(report, out)
+    except plot.PlotUnavailableError as exc:
+        click.echo(f"no plot: {exc}", err=True)
+        return
+    click.echo(f"plot: {out}", err=True)
+
+
+PLOT_OPTION = click.option(
+    "--plot", is_flag=True, help="Also write a PNG beside the JSON report (needs matplotlib)."
+)
 
 
 def _workdir(store_dir: Path | None) -> Path:
@@ -77,6 +96,7 @@ def main() -> None:
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any setting.")
 @click.option("--results", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
+@PLOT_OPTION
 def beir(
     folder: Path,
     split: str,
@@ -86,6 +106,7 @@ def beir(
     sets: tuple[str, ...],
     results: Path,
     as_json: bool,
+    plot: bool,
 ) -> None:
     """NDCG@10, Recall@10/100, MRR@10 and latency on a BEIR folder, for every mode."""
     from recalld.bench import beir as beir_bench
@@ -108,7 +129,7 @@ def beir(
         ]
         for m, r in report["modes"].items()
     ]
-    _emit("beir", report, as_json, results, rows, header)
+    _emit("beir", report, as_json, results, rows, header, plot)
 
 
 @main.command()
@@ -136,6 +157,7 @@ def beir(
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any setting.")
 @click.option("--results", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
+@PLOT_OPTION
 def locomo(
     file: Path,
     granularity: str,
@@ -144,6 +166,7 @@ def locomo(
     sets: tuple[str, ...],
     results: Path,
     as_json: bool,
+    plot: bool,
 ) -> None:
     """Evidence Recall@1/5/10 and MRR per category on a LoCoMo file, for every mode."""
     from recalld.bench import locomo as locomo_bench
@@ -168,7 +191,165 @@ def locomo(
                     figures.get("rejected", figures.get("false_rejection", "")),
                 ]
             )
-    _emit("locomo", report, as_json, results, rows, header)
+    _emit("locomo", report, as_json, results, rows, header, plot)
+
+
+def _sizes(value: str) -> list[int]:
+    try:
+        sizes = [int(v.replace("_", "")) for v in value.split(",") if v.strip()]
+    except ValueError as exc:
+        raise click.BadParameter(f"expected sizes like 10000,100000, got {value!r}") from exc
+    if not sizes or min(sizes) < 1:
+        raise click.BadParameter("give at least one positive size")
+    return sizes
+
+
+@main.command()
+@click.option(
+    "--chunks",
+    "sizes",
+    default="10000,100000",
+    show_default=True,
+    help="Store sizes, comma-separated (1000000 builds in ~8 minutes on 2 cores).",
+)
+@click.option("--dim", "dimension", type=int, default=384, show_default=True)
+@click.option("--queries", type=int, default=100, show_default=True)
+@click.option(
+    "--embed-queries",
+    type=int,
+    default=20,
+    show_default=True,
+    help="Time the configured model on this many queries (0: skip; no model is loaded).",
+)
+@click.option(
+    "--exact-below",
+    type=int,
+    default=None,
+    help="Use the cascade from this many chunks (default: storage.vectors.Tuning's 20000).",
+)
+@click.option(
+    "--store-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Keep the synthetic stores here and reuse them on the next run.",
+)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any setting.")
+@click.option("--results", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@PLOT_OPTION
+def scale(
+    sizes: str,
+    dimension: int,
+    queries: int,
+    embed_queries: int,
+    exact_below: int | None,
+    store_dir: Path | None,
+    sets: tuple[str, ...],
+    results: Path,
+    as_json: bool,
+    plot: bool,
+) -> None:
+    """Vector and full-search latency, Recall@10, size and RSS on synthetic stores."""
+    from recalld.bench import scale as scale_bench
+
+    workdir = _workdir(store_dir)
+    settings = common.bench_settings(workdir, _overrides(sets))
+    report = scale_bench.run(
+        _sizes(sizes),
+        dimension,
+        queries,
+        workdir,
+        store_dir is not None,
+        embed_queries,
+        settings,
+        exact_below,
+    )
+    header = [
+        "chunks",
+        "route",
+        "vector p50/p95",
+        "exact p50/p95",
+        "full p50/p95",
+        "recall@10",
+        "index MB",
+        "RSS MB",
+        "disk MB",
+        "build s",
+    ]
+    rows = [
+        [
+            s["chunks"],
+            s["route"],
+            f"{s['vector']['p50_ms']}/{s['vector']['p95_ms']}",
+            f"{s['exact']['p50_ms']}/{s['exact']['p95_ms']}",
+            f"{s['search_full']['p50_ms']}/{s['search_full']['p95_ms']}",
+            s["recall@10"],
+            s["index_mb"],
+            s["rss_mb"],
+            s["disk_mb"],
+            s["build_s"],
+        ]
+        for s in report["sizes"]
+    ]
+    _emit("scale", report, as_json, results, rows, header, plot)
+    embedding = report["query_embedding"]
+    if embedding and not as_json:
+        click.echo(
+            f"query embedding ({embedding['model']}): p50 {embedding['p50_ms']} ms, "
+            f"p95 {embedding['p95_ms']} ms"
+        )
+
+
+@main.command()
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option(
+    "--store-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Where to put the store (emptied first: ingest is timed from scratch).",
+)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any setting.")
+@click.option("--results", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def ingest(
+    folder: Path, store_dir: Path | None, sets: tuple[str, ...], results: Path, as_json: bool
+) -> None:
+    """Pipeline throughput (files to searchable) beside the embedding model alone."""
+    import shutil
+
+    from recalld.bench import ingest as ingest_bench
+
+    workdir = _workdir(store_dir)
+    data = workdir / "data"
+    if data.exists():
+        shutil.rmtree(data)
+    report = asyncio.run(ingest_bench.run(folder, workdir, _overrides(sets)))
+    header = ["run", "seconds", "chunks/s", "MB/s"]
+    rows = [
+        [
+            "pipeline",
+            report["pipeline"]["seconds"],
+            report["pipeline"]["chunks_per_s"],
+            report["pipeline"]["mb_per_s"],
+        ],
+        ["model only", report["model_only"]["seconds"], report["model_only"]["chunks_per_s"], ""],
+    ]
+    _emit("ingest", report, as_json, results, rows, header)
+    if not as_json:
+        click.echo(
+            f"{report['files']} files, {report['megabytes']} MB, {report['chunks']} chunks; "
+            f"pipeline / model time: {report['overhead_ratio']}"
+        )
+
+
+@main.command("plot")
+@click.argument(
+    "reports", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+def plot_command(reports: tuple[Path, ...]) -> None:
+    """Write a PNG beside each JSON report (scale: latency by size; beir, locomo: quality)."""
+    for path in reports:
+        _plot(json.loads(path.read_text("utf-8")), path.with_suffix(".png"))
 
 
 if __name__ == "__main__":

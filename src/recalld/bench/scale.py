@@ -274,7 +274,9 @@ async def _knn_timed(
     return [cid for cid, _ in hits], (time.perf_counter() - started) * 1000
 
 
-async def measure(path: Path, corpus: Corpus, count: int) -> dict[str, Any]:
+async def measure(
+    path: Path, corpus: Corpus, count: int, exact_below: int | None = None
+) -> dict[str, Any]:
     """Open the store at `path` and time every route on `count` queries."""
     from recalld.api import calibrate
     from recalld.config import SearchSettings
@@ -284,6 +286,8 @@ async def measure(path: Path, corpus: Corpus, count: int) -> dict[str, Any]:
     store = await Store.open(
         path, model_id=f"synthetic-{corpus.dimension}", dimension=corpus.dimension
     )
+    if exact_below is not None:
+        store.vectors.tuning = dataclasses.replace(store.vectors.tuning, exact_below=exact_below)
     try:
         started = time.perf_counter()
         async with store.reading() as conn:
@@ -294,6 +298,8 @@ async def measure(path: Path, corpus: Corpus, count: int) -> dict[str, Any]:
         routes: dict[str, list[float]] = {"vector": [], "exact": [], "vector_filtered": []}
         found, exact, found_f, exact_f = [], [], [], []
         only_rounds = Filters(granularities=("round",))
+        for vector in vectors[:3]:  # warm up: the first queries pay for cold caches
+            await _knn_timed(store, vector, 10, NO_FILTERS)
         for vector in vectors:
             ids, ms = await _knn_timed(store, vector, 10, NO_FILTERS)
             found.append(ids)
@@ -301,16 +307,19 @@ async def measure(path: Path, corpus: Corpus, count: int) -> dict[str, Any]:
             ids, ms = await _knn_timed(store, vector, 10, only_rounds)
             found_f.append(ids)
             routes["vector_filtered"].append(ms)
-            # The exact baseline: the same call with the cascade switched off.
-            store.vectors.tuning = dataclasses.replace(tuning, exact_below=2**62)
-            try:
+        # Before the exact baseline fills SQLite's page caches with every vector.
+        memory = _rss_mb()
+        # The exact baseline: the same calls with the cascade switched off.
+        store.vectors.tuning = dataclasses.replace(tuning, exact_below=2**62)
+        try:
+            for vector in vectors:
                 ids, ms = await _knn_timed(store, vector, 10, NO_FILTERS)
                 exact.append(ids)
                 routes["exact"].append(ms)
                 ids, _ = await _knn_timed(store, vector, 10, only_rounds)
                 exact_f.append(ids)
-            finally:
-                store.vectors.tuning = tuning
+        finally:
+            store.vectors.tuning = tuning
         recall = [len(set(a) & set(b)) / max(1, len(b)) for a, b in zip(found, exact, strict=True)]
         recall_f = [
             len(set(a) & set(b)) / max(1, len(b)) for a, b in zip(found_f, exact_f, strict=True)
@@ -318,11 +327,17 @@ async def measure(path: Path, corpus: Corpus, count: int) -> dict[str, Any]:
 
         embedder = PrecomputedEmbedder(corpus.dimension, dict(zip(texts, vectors, strict=True)))
         searcher = Searcher(store, embedder, SearchSettings(), await calibrate(embedder))
-        full = []
+        full: list[float] = []
+        keyword: list[float] = []
         for text in texts:
-            started = time.perf_counter()
-            await searcher.search(text)
-            full.append((time.perf_counter() - started) * 1000)
+            runs: list[tuple[list[float], dict[str, Any]]] = [
+                (full, {}),
+                (keyword, {"mode": "bm25", "gate": False}),
+            ]
+            for samples, overrides in runs:
+                started = time.perf_counter()
+                await searcher.search(text, **overrides)
+                samples.append((time.perf_counter() - started) * 1000)
         index_mb = round(store.vectors.memory_bytes() / 2**20, 1)
     finally:
         await store.close()
@@ -336,13 +351,22 @@ async def measure(path: Path, corpus: Corpus, count: int) -> dict[str, Any]:
         "vector_filtered": _latency(routes["vector_filtered"]),
         "exact": _latency(routes["exact"]),
         "search_full": _latency(full),
+        "search_bm25": _latency(keyword),
         "index_load_s": round(load_s, 2),
         "index_mb": index_mb,
-        **_rss_mb(),
+        "rss_mb": memory.get("rss_mb"),
+        "peak_rss_mb": _rss_mb().get("peak_rss_mb"),
     }
 
 
-def run_size(workdir: Path, chunks: int, dimension: int, count: int, keep: bool) -> dict[str, Any]:
+def run_size(
+    workdir: Path,
+    chunks: int,
+    dimension: int,
+    count: int,
+    keep: bool,
+    exact_below: int | None = None,
+) -> dict[str, Any]:
     """Build (or reuse) the store of `chunks` chunks under `workdir` and measure it."""
     path = workdir / f"scale-{chunks}-{dimension}.db"
     corpus = make_corpus(chunks, dimension)
@@ -352,7 +376,7 @@ def run_size(workdir: Path, chunks: int, dimension: int, count: int, keep: bool)
             stale.unlink(missing_ok=True)
         build_s = asyncio.run(build(path, corpus, chunks))
     disk = _disk_mb(path)
-    result = asyncio.run(measure(path, corpus, count))
+    result = asyncio.run(measure(path, corpus, count, exact_below))
     return {
         "chunks": chunks,
         "dimension": dimension,
@@ -363,7 +387,7 @@ def run_size(workdir: Path, chunks: int, dimension: int, count: int, keep: bool)
     }
 
 
-def _child(args: tuple[Path, int, int, int, bool]) -> dict[str, Any]:
+def _child(args: tuple[Path, int, int, int, bool, int | None]) -> dict[str, Any]:
     return run_size(*args)
 
 
@@ -392,6 +416,7 @@ def run(
     keep: bool,
     embed_queries: int,
     settings: Any,
+    exact_below: int | None = None,
 ) -> dict[str, Any]:
     """Every size, each in a fresh process, then the model's query-embedding time."""
     from recalld.storage.vectors import Tuning
@@ -400,12 +425,16 @@ def run(
     context = multiprocessing.get_context("spawn")
     for chunks in sizes:
         with context.Pool(1) as pool:
-            results.append(pool.apply(_child, ((workdir, chunks, dimension, count, keep),)))
+            results.append(
+                pool.apply(_child, ((workdir, chunks, dimension, count, keep, exact_below),))
+            )
         print(f"{chunks}: {results[-1]}", file=sys.stderr)
     return {
         "dimension": dimension,
         "queries": count,
-        "tuning": dataclasses.asdict(Tuning()),
+        "tuning": dataclasses.asdict(
+            Tuning() if exact_below is None else Tuning(exact_below=exact_below)
+        ),
         "sizes": results,
         "query_embedding": embed_timing(embed_queries, settings),
     }

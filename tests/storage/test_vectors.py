@@ -1,0 +1,287 @@
+"""The vector cascade (storage/vectors.py) against sqlite-vec's exact KNN, on real files."""
+
+import asyncio
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from recalld.storage import readers, schema, vectors, writer
+from recalld.storage.connection import connect
+from recalld.storage.store import Store
+from recalld.types import NO_FILTERS, ChunkDraft, Filters
+
+DIM = 96
+# Small candidate pools, so the cascade really has to choose (and can be wrong).
+TIGHT = vectors.Tuning(
+    exact_below=0,
+    stage1_fraction=0.1,
+    stage1_min=50,
+    stage2_fraction=0.02,
+    stage2_min=40,
+    stage2_per_k=2,
+)
+
+
+def clustered(n: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((max(4, n // 50), DIM)).astype(np.float32)
+    x = centres[rng.integers(0, len(centres), n)] + 0.8 * rng.standard_normal((n, DIM)).astype(
+        np.float32
+    )
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def unit(v: np.ndarray) -> np.ndarray:
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
+async def put(store: Store, source: str, vecs: np.ndarray, kind="text", granularity="chunk"):
+    chunks = [
+        writer.NewChunk(
+            ChunkDraft(text=f"{source} {i}", kind=kind, granularity=granularity, key=f"k{i}"),
+            2,
+            v,
+        )
+        for i, v in enumerate(vecs)
+    ]
+    doc = writer.NewDocument(source, kind, "markdown", f"h{hash(vecs.tobytes())}")
+    return await store.write(lambda c: writer.replace_document(c, doc, chunks))
+
+
+async def knn(store: Store, q: np.ndarray, k: int = 10, filters: Filters = NO_FILTERS):
+    return await store.read(lambda c: readers.knn(c, q, k, filters))
+
+
+async def exact(store: Store, q: np.ndarray, k: int = 10, filters: Filters = NO_FILTERS):
+    tuning = store.vectors.tuning
+    store.vectors.tuning = dataclasses.replace(tuning, exact_below=2**62)
+    try:
+        return await knn(store, q, k, filters)
+    finally:
+        store.vectors.tuning = tuning
+
+
+@pytest.fixture
+async def store(tmp_path: Path):
+    s = await Store.open(tmp_path / "v.db", model_id="test-96", dimension=DIM)
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+async def filled(store: Store):
+    data = clustered(3000)
+    for d in range(30):
+        kind, gran = ("conversation", "round") if d % 3 == 0 else ("text", "chunk")
+        await put(store, f"doc{d}.md", data[d * 100 : (d + 1) * 100], kind, gran)
+    return store, data
+
+
+def test_encode_matches_sqlite_vec_bit_order():
+    conn = connect(":memory:")
+    v = np.random.default_rng(3).standard_normal(DIM).astype(np.float32)
+    theirs = conn.execute("SELECT vec_quantize_binary(?)", (v.tobytes(),)).fetchone()[0]
+    ours = vectors.encode(v, DIM)[0].tobytes()
+    assert ours[: DIM // 8] == theirs
+    assert len(ours) == vectors.code_bytes(DIM) == 16
+    conn.close()
+
+
+async def test_cascade_returns_the_exact_top_10(filled):
+    store, data = filled
+    store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
+    rng = np.random.default_rng(7)
+    for i in rng.integers(0, len(data), 25):
+        q = unit(data[i] + 0.3 * rng.standard_normal(DIM).astype(np.float32))
+        got, want = await knn(store, q), await exact(store, q)
+        assert [c for c, _ in got] == [c for c, _ in want]
+        assert np.allclose([d for _, d in got], [d for _, d in want], atol=1e-5)
+    assert store.vectors.use_for((), ())
+
+
+async def test_tight_cascade_keeps_recall(filled):
+    store, data = filled
+    store.vectors.tuning = TIGHT
+    rng = np.random.default_rng(8)
+    recall = []
+    for i in rng.integers(0, len(data), 40):
+        q = unit(data[i] + 0.5 * rng.standard_normal(DIM).astype(np.float32))
+        got, want = await knn(store, q), await exact(store, q)
+        recall.append(len({c for c, _ in got} & {c for c, _ in want}) / 10)
+    assert np.mean(recall) >= 0.95
+
+
+async def test_small_stores_stay_exact(filled):
+    store, data = filled
+    assert store.vectors.tuning.exact_below > 3000
+    await knn(store, data[0])
+    assert store.vectors.loaded and not store.vectors.use_for((), ())
+
+
+async def test_kind_and_granularity_filters_run_inside_the_cascade(filled):
+    store, data = filled
+    store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
+    for filters in (
+        Filters(kinds=("conversation",)),
+        Filters(granularities=("chunk",)),
+        Filters(kinds=("text", "conversation"), granularities=("round",)),
+        Filters(kinds=("nothing-stored",)),
+    ):
+        got = await knn(store, data[5], 10, filters)
+        want = await exact(store, data[5], 10, filters)
+        assert [c for c, _ in got] == [c for c, _ in want]
+        chunks = await store.read(lambda c, ids=[c for c, _ in got]: readers.chunks_by_id(c, ids))
+        for chunk in chunks.values():
+            assert not filters.kinds or chunk.kind in filters.kinds
+            assert not filters.granularities or chunk.granularity in filters.granularities
+    # Other filters take the exact path and still answer.
+    by_source = await knn(store, data[5], 5, Filters(sources=("doc1.md",)))
+    chunks = await store.read(lambda c: readers.chunks_by_id(c, [c_ for c_, _ in by_source]))
+    assert len(chunks) == 5 and {ch.source for ch in chunks.values()} == {"doc1.md"}
+
+
+async def test_index_follows_replace_delete_and_move(filled):
+    store, data = filled
+    store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
+    await knn(store, data[0])  # loads the mirror
+    assert store.vectors.live == 3000
+
+    old_ids = await store.read(
+        lambda c: readers.fetchall(c, "SELECT id FROM chunks WHERE document_id = 2")
+    )
+    fresh = clustered(100, seed=99)
+    await put(store, "doc1.md", fresh)  # replace: doc1's 100 chunks get new vectors
+    assert store.vectors.live == 3000
+    [(top, distance)] = await knn(store, fresh[42], 1)
+    assert distance == pytest.approx(0.0, abs=1e-5)
+    chunk = (await store.read(lambda c: readers.chunks_by_id(c, [top])))[top]
+    assert chunk.source == "doc1.md" and chunk.text == "doc1.md 42"
+    stale = {int(r[0]) for r in old_ids}
+    assert len(stale) == 100
+    assert not stale & {c for c, _ in await knn(store, data[150], 100)}
+
+    await store.write(lambda c: writer.delete_document(c, "doc1.md"))
+    assert store.vectors.live == 2900
+    gone = {c for c, _ in await knn(store, fresh[42], 50)}
+    kept_sources = await store.read(lambda c: readers.chunks_by_id(c, list(gone)))
+    assert all(ch.source != "doc1.md" for ch in kept_sources.values())
+
+    before = await knn(store, data[250], 10)
+    await store.write(lambda c: writer.move_document(c, "doc2.md", "moved/doc2.md"))
+    assert await knn(store, data[250], 10) == before
+    [(top, _)] = await knn(store, data[250], 1)
+    chunk = (await store.read(lambda c: readers.chunks_by_id(c, [top])))[top]
+    assert chunk.source == "moved/doc2.md"
+
+
+async def test_a_rolled_back_write_leaves_the_index_alone(filled):
+    store, data = filled
+    store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
+    before = await knn(store, data[0])
+
+    async def broken(conn):
+        await writer.delete_document(conn, "doc0.md")
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        await store.write(broken)
+    assert store.vectors.live == 3000
+    assert await knn(store, data[0]) == before
+
+
+async def test_compaction_after_many_deletes(filled):
+    store, data = filled
+    store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
+    await knn(store, data[0])
+    for d in range(0, 30, 2):
+        await store.write(lambda c, d=d: writer.delete_document(c, f"doc{d}.md"))
+    assert store.vectors.live == 1500
+    assert store.vectors._dead < 1500  # compacted at least once
+    q = data[1234]
+    assert [c for c, _ in await knn(store, q)] == [c for c, _ in await exact(store, q)]
+
+
+async def test_searches_stay_correct_while_writing(filled):
+    store, data = filled
+    store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
+    extra = clustered(2000, seed=5)
+
+    async def writes():
+        for i in range(20):
+            await put(store, f"new{i}.md", extra[i * 100 : (i + 1) * 100])
+            await store.write(lambda c, i=i: writer.delete_document(c, f"doc{i}.md"))
+
+    async def searches():
+        for i in range(60):
+            hits = await knn(store, data[i * 37 % 3000])
+            assert len(hits) == 10
+            assert [d for _, d in hits] == sorted(d for _, d in hits)
+            await asyncio.sleep(0)
+
+    await asyncio.gather(writes(), searches(), searches())
+    total = (await store.read(readers.counts))["chunks"]
+    assert store.vectors.live == total == 3000
+    q = extra[1500]
+    assert [c for c, _ in await knn(store, q)] == [c for c, _ in await exact(store, q)]
+
+
+async def test_migration_backfills_a_store_made_before_m002(tmp_path: Path):
+    path = tmp_path / "old.db"
+    conn = connect(path)
+    schema.migrate(conn, schema.MIGRATIONS[:1])
+    conn.execute("BEGIN")
+    conn.execute("INSERT INTO meta VALUES ('model_id', 'test-96'), ('dimension', ?)", (str(DIM),))
+    schema.create_vector_table(conn, DIM)
+    conn.execute(
+        "INSERT INTO documents (id, source, kind, content_hash, state, created_at, updated_at) "
+        "VALUES (1, 'old.md', 'text', 'h', 'complete', 0, 0)"
+    )
+    data = clustered(500, seed=11)
+    for i, v in enumerate(data, start=1):
+        conn.execute(
+            "INSERT INTO chunks (id, document_id, position, kind, granularity, key, text, "
+            "content_hash, token_count, created_at) VALUES (?, 1, ?, 'text', 'chunk', ?, ?, "
+            "'h', 1, 0)",
+            (i, i, f"k{i}", f"chunk {i}"),
+        )
+        conn.execute(
+            "INSERT INTO chunks_vec (chunk_id, embedding, kind, granularity) "
+            "VALUES (?, ?, 'text', 'chunk')",
+            (i, v.tobytes()),
+        )
+    conn.execute("UPDATE documents SET chunk_count = 500")
+    conn.execute("COMMIT")
+    assert schema.schema_version(conn) == 1
+    conn.close()
+
+    store = await Store.open(path, model_id="test-96", dimension=DIM)
+    try:
+        store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
+        rows = await store.read(
+            lambda c: readers.fetchall(
+                c,
+                "SELECT (SELECT count(*) FROM vector_codes), (SELECT count(*) FROM vector_floats)",
+            )
+        )
+        assert tuple(rows[0]) == (500, 500)
+        q = unit(data[17] + 0.1)
+        assert [c for c, _ in await knn(store, q)] == [c for c, _ in await exact(store, q)]
+        assert store.vectors.live == 500
+    finally:
+        await store.close()
+    check = connect(path)
+    assert schema.schema_version(check) == schema.SCHEMA_VERSION
+    check.close()
+
+
+async def test_rebuild_refills_from_chunks_vec(filled):
+    store, data = filled
+    store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
+    await knn(store, data[0])
+    count = await store.write(lambda c: vectors.rebuild(c, DIM))
+    assert count == 3000
+    assert not store.vectors.loaded  # reloads on the next search
+    assert [c for c, _ in await knn(store, data[9])] == [c for c, _ in await exact(store, data[9])]
+    assert store.vectors.live == 3000
