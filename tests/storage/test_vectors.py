@@ -12,7 +12,7 @@ from recalld.storage.connection import connect
 from recalld.storage.store import Store
 from recalld.types import NO_FILTERS, ChunkDraft, Filters
 
-DIM = 96
+DIM = 384
 # Small candidate pools, so the cascade really has to choose (and can be wrong).
 TIGHT = vectors.Tuning(
     exact_below=0,
@@ -65,7 +65,7 @@ async def exact(store: Store, q: np.ndarray, k: int = 10, filters: Filters = NO_
 
 @pytest.fixture
 async def store(tmp_path: Path):
-    s = await Store.open(tmp_path / "v.db", model_id="test-96", dimension=DIM)
+    s = await Store.open(tmp_path / "v.db", model_id="test-384", dimension=DIM)
     yield s
     await s.close()
 
@@ -85,7 +85,7 @@ def test_encode_matches_sqlite_vec_bit_order():
     theirs = conn.execute("SELECT vec_quantize_binary(?)", (v.tobytes(),)).fetchone()[0]
     ours = vectors.encode(v, DIM)[0].tobytes()
     assert ours[: DIM // 8] == theirs
-    assert len(ours) == vectors.code_bytes(DIM) == 16
+    assert len(ours) == vectors.code_bytes(DIM) == 48
     conn.close()
 
 
@@ -94,7 +94,7 @@ async def test_cascade_returns_the_exact_top_10(filled):
     store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
     rng = np.random.default_rng(7)
     for i in rng.integers(0, len(data), 25):
-        q = unit(data[i] + 0.3 * rng.standard_normal(DIM).astype(np.float32))
+        q = unit(data[i] + 0.6 * rng.standard_normal(DIM).astype(np.float32) / np.sqrt(DIM))
         got, want = await knn(store, q), await exact(store, q)
         assert [c for c, _ in got] == [c for c, _ in want]
         assert np.allclose([d for _, d in got], [d for _, d in want], atol=1e-5)
@@ -107,7 +107,7 @@ async def test_tight_cascade_keeps_recall(filled):
     rng = np.random.default_rng(8)
     recall = []
     for i in rng.integers(0, len(data), 40):
-        q = unit(data[i] + 0.5 * rng.standard_normal(DIM).astype(np.float32))
+        q = unit(data[i] + 0.8 * rng.standard_normal(DIM).astype(np.float32) / np.sqrt(DIM))
         got, want = await knn(store, q), await exact(store, q)
         recall.append(len({c for c, _ in got} & {c for c, _ in want}) / 10)
     assert np.mean(recall) >= 0.95
@@ -232,7 +232,7 @@ async def test_migration_backfills_a_store_made_before_m002(tmp_path: Path):
     conn = connect(path)
     schema.migrate(conn, schema.MIGRATIONS[:1])
     conn.execute("BEGIN")
-    conn.execute("INSERT INTO meta VALUES ('model_id', 'test-96'), ('dimension', ?)", (str(DIM),))
+    conn.execute("INSERT INTO meta VALUES ('model_id', 'test-384'), ('dimension', ?)", (str(DIM),))
     schema.create_vector_table(conn, DIM)
     conn.execute(
         "INSERT INTO documents (id, source, kind, content_hash, state, created_at, updated_at) "
@@ -256,7 +256,7 @@ async def test_migration_backfills_a_store_made_before_m002(tmp_path: Path):
     assert schema.schema_version(conn) == 1
     conn.close()
 
-    store = await Store.open(path, model_id="test-96", dimension=DIM)
+    store = await Store.open(path, model_id="test-384", dimension=DIM)
     try:
         store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
         rows = await store.read(

@@ -19,7 +19,8 @@ from recalld.chunkers import (
 from recalld.errors import ParseError
 from recalld.types import ChunkDraft
 
-LOCOMO_DEV = Path("/work/shared/data/locomo/locomo_dev.json")
+# The development data sits beside the checkout (../shared), never inside it.
+LOCOMO_DEV = Path(__file__).resolve().parents[4] / "shared" / "data" / "locomo" / "locomo_dev.json"
 
 
 def ts(text: str) -> float:

@@ -1,0 +1,49 @@
+"""LoCoMo dev through the public API: session, round and fact chunks, with their dia_ids."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from recalld.api import AsyncMemory
+from recalld.bench.locomo import evidence_ids
+from recalld.config import load_settings
+from recalld.storage import readers
+
+LOCOMO_DEV = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "locomo_dev.json"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LOCOMO_DEV.exists(), reason="LoCoMo dev split not available")
+async def test_locomo_dev_keeps_granularities_and_dia_ids(tmp_path: Path):
+    settings = load_settings(
+        None, {"RECALLD_HOME": str(tmp_path), "RECALLD_EMBED__MODEL": "hash:64"}
+    ).settings
+    sample = json.loads(LOCOMO_DEV.read_text())[0]
+    async with await AsyncMemory.open(settings) as memory:
+        report = await memory.add_file(LOCOMO_DEV)
+        assert report.status == "ingested" and report.chunks > 1000
+        rows = await memory.store.read(
+            lambda c: readers.fetchall(c, "SELECT granularity, meta, parent_id FROM chunks")
+        )
+        by_granularity: dict[str, int] = {}
+        covered: set[str] = set()
+        for granularity, meta, parent in rows:
+            by_granularity[granularity] = by_granularity.get(granularity, 0) + 1
+            dia_ids = json.loads(meta).get("dia_ids")
+            assert dia_ids, "every LoCoMo chunk names the turns it covers"
+            if granularity == "round":
+                covered.update(dia_ids)
+            if granularity in ("round", "fact"):
+                assert parent is not None
+        assert set(by_granularity) == {"session", "round", "fact"}
+        evidence = set().union(*(evidence_ids(qa) for qa in sample["qa"]))
+        turns = {
+            t["dia_id"]
+            for k, v in sample["conversation"].items()
+            if k.startswith("session_") and isinstance(v, list)
+            for t in v
+        }
+        assert evidence & turns <= covered
+        # Re-ingesting the same file is a no-op.
+        assert (await memory.add_file(LOCOMO_DEV)).status == "unchanged"
