@@ -305,7 +305,9 @@ class VectorIndex:
         codes, ids, alive = a.codes, a.ids, a.alive
         q = np.asarray(query, dtype=np.float32).reshape(-1)[: self.dimension]
         qcode = encode(q, self.dimension).view(np.uint64).reshape(-1)
-        live = len(self._slots)
+        # Fewer bits rank worse: the tuning was measured at 384 dimensions (MiniLM), so
+        # smaller vectors keep proportionally more candidates.
+        live = len(self._slots) * max(1.0, 384 / self.dimension)
         t = self.tuning
 
         # Stage 1: Hamming distance over every row, one 64-bit word column at a time.

@@ -1,0 +1,118 @@
+"""The scale and ingest benchmark commands run end to end on tiny sizes and report their fields."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from recalld.bench import scale
+from recalld.bench.__main__ import main
+
+ROUTES = ("vector", "vector_filtered", "exact", "search_full", "search_bm25")
+
+
+def test_scale_command_reports_every_field(tmp_path: Path):
+    result = CliRunner().invoke(
+        main,
+        [
+            "scale",
+            "--chunks",
+            "2000",
+            "--queries",
+            "8",
+            "--embed-queries",
+            "0",
+            "--exact-below",
+            "1000",
+            "--store-dir",
+            str(tmp_path / "stores"),
+            "--results",
+            str(tmp_path / "out"),
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["tuning"]["exact_below"] == 1000
+    assert report["query_embedding"] is None
+    [size] = report["sizes"]
+    assert size["chunks"] == 2000 and size["route"] == "cascade"
+    assert size["recall@10"] >= 0.95 and size["recall@10_filtered"] >= 0.95
+    for route in ROUTES:
+        assert set(size[route]) == {"p50_ms", "p95_ms", "p99_ms"}
+        assert 0 < size[route]["p50_ms"] <= size[route]["p99_ms"]
+    for key in ("build_s", "disk_mb", "index_mb", "rss_mb", "peak_rss_mb", "index_load_s"):
+        assert size[key] is not None and size[key] >= 0
+    assert list((tmp_path / "out").glob("scale-*.json"))
+
+
+def test_synthetic_vectors_look_like_minilm():
+    corpus = scale.make_corpus(4000, 384)
+    texts, vectors, _ = next(scale.batches(corpus, 2000))
+    assert len(texts) == 2000 and vectors.shape == (2000, 384)
+    assert 40 <= len(texts[0].split()) <= 120
+    assert abs(float(np.linalg.norm(vectors[0])) - 1.0) < 1e-5
+    # The calibration targets: random pairs ~0.12, a query's 10th neighbour ~0.5.
+    assert 0.05 < float((vectors[:500] @ vectors[500:1000].T).mean()) < 0.2
+    _, q = scale.queries(corpus, 20)
+    tenth = np.sort(q @ vectors.T, axis=1)[:, -10]
+    assert 0.3 < float(tenth.mean()) < 0.6
+
+
+def test_ingest_command_compares_the_pipeline_with_the_model(tmp_path: Path):
+    folder = tmp_path / "files"
+    folder.mkdir()
+    for i in range(5):
+        (folder / f"note{i}.md").write_text(f"# Note {i}\n\n" + "words about sqlite wal " * 60)
+    (folder / ".hidden.md").write_text("skipped")
+    result = CliRunner().invoke(
+        main,
+        [
+            "ingest",
+            str(folder),
+            "--set",
+            "embed.model=hash:64",
+            "--store-dir",
+            str(tmp_path / "store"),
+            "--results",
+            str(tmp_path / "out"),
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["files"] == 5 and report["chunks"] >= 5
+    assert report["model_only"]["texts"] == report["chunks"]
+    assert report["pipeline"]["chunks_per_s"] > 0 and report["overhead_ratio"] > 0
+
+
+def test_plot_command_writes_pngs(tmp_path: Path):
+    pytest.importorskip("matplotlib")
+    size = {
+        "chunks": 10000,
+        "recall@10": 1.0,
+        "index_mb": 0.7,
+        **{r: {"p50_ms": 2.0, "p95_ms": 3.0, "p99_ms": 4.0} for r in ROUTES},
+    }
+    scale_report = {"benchmark": "scale", "dimension": 384, "sizes": [size, size]}
+    beir_report = {
+        "benchmark": "beir",
+        "dataset": "scifact",
+        "split": "train",
+        "model": "m",
+        "modes": {
+            m: {"ndcg@10": 0.6, "recall@10": 0.7, "recall@100": 0.9, "mrr@10": 0.5}
+            for m in ("bm25", "vector")
+        },
+    }
+    paths = []
+    for name, report in (("scale", scale_report), ("beir", beir_report)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(report))
+        paths.append(str(path))
+    result = CliRunner().invoke(main, ["plot", *paths])
+    assert result.exit_code == 0, result.output
+    for name in ("scale", "beir"):
+        assert (tmp_path / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
