@@ -124,7 +124,7 @@ class Searcher:
                 f"mode must be one of {MODES}, fusion one of {FUSIONS} and weighting one of "
                 f"{WEIGHTINGS}"
             )
-        limit = limit or opts.limit
+        limit = opts.limit if limit is None else limit
         if limit < 1 or limit > 1000:
             raise QueryError("limit must be between 1 and 1000")
         timings: dict[str, float] = {}

@@ -1,0 +1,90 @@
+"""Each retrieval stage through the search path, on a real store with the test embedder."""
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from recalld.api import AsyncMemory
+from recalld.config import load_settings
+from recalld.errors import QueryError
+
+
+@pytest.fixture
+async def memory(tmp_path: Path) -> AsyncIterator[AsyncMemory]:
+    settings = load_settings(
+        None, {"RECALLD_HOME": str(tmp_path), "RECALLD_EMBED__MODEL": "hash:64"}
+    ).settings
+    async with await AsyncMemory.open(settings) as opened:
+        yield opened
+
+
+async def test_importance_rerank_is_opt_in_and_explained(memory: AsyncMemory):
+    await memory.remember("deploy checklist for the api service", importance=0.1)
+    await memory.remember("deploy checklist for the api gateway", importance=1.0)
+    plain = await memory.search("deploy checklist api service")
+    assert plain.hits[0].chunk.text.endswith("service")
+    assert "factors" not in plain.hits[0].explain
+    boosted = await memory.search("deploy checklist api service", importance_weight=5.0)
+    assert boosted.hits[0].chunk.text.endswith("gateway")
+    assert set(boosted.hits[0].explain["factors"]) == {"semantic", "importance"}
+
+
+async def test_dedup_drops_identical_content_from_other_sources(memory: AsyncMemory):
+    await memory.add_text("The rota changes every Monday.", source="a", name="a.txt")
+    await memory.add_text("The rota changes every Monday.", source="b", name="b.txt")
+    await memory.add_text("The rota is kept in the ops channel.", source="c", name="c.txt")
+    deduped = await memory.search("rota monday")
+    assert [h.chunk.text for h in deduped.hits].count("The rota changes every Monday.") == 1
+    kept = await memory.search("rota monday", dedup=False)
+    assert [h.chunk.text for h in kept.hits].count("The rota changes every Monday.") == 2
+
+
+async def test_mmr_prefers_a_different_second_hit(memory: AsyncMemory):
+    texts = ["alpha beta gamma delta", "alpha beta gamma delta epsilon", "alpha zeta eta theta"]
+    for i, text in enumerate(texts):
+        await memory.add_text(text, source=f"s{i}", name="t.txt")
+    plain = await memory.search("alpha beta gamma", limit=2, gate=False)
+    diverse = await memory.search("alpha beta gamma", limit=2, gate=False, mmr=True, mmr_lambda=0.3)
+    assert [h.chunk.source for h in plain.hits] == ["s0", "s1"]
+    assert [h.chunk.source for h in diverse.hits] == ["s0", "s2"]
+
+
+async def test_fusions_and_weightings_all_run_and_explain_themselves(memory: AsyncMemory):
+    await memory.add_text("Tom is allergic to peanuts.", source="t", name="t.txt")
+    for fusion in ("score", "rrf"):
+        for weighting in ("coverage", "idf", "fixed"):
+            result = await memory.search("peanuts allergy", fusion=fusion, weighting=weighting)
+            assert result.hits[0].chunk.source == "t"
+            assert result.explain["fusion"] == fusion
+            assert result.explain["weighting"] == weighting
+            assert sum(result.explain["weights"].values()) == pytest.approx(1.0)
+
+
+async def test_retrievals_and_accesses_are_counted_apart(tmp_path: Path):
+    settings = load_settings(
+        None, {"RECALLD_HOME": str(tmp_path), "RECALLD_EMBED__MODEL": "hash:64"}
+    ).settings
+    async with await AsyncMemory.open(settings) as memory:
+        await memory.remember("the wifi password rotates monthly")
+        chunk_id = (await memory.search("wifi password")).hits[0].chunk.id
+    # Closing waits for the counts, which are written in the background.
+    async with await AsyncMemory.open(settings) as memory:
+        chunk = await memory.get(chunk_id)
+        assert chunk.retrieval_count == 1 and chunk.access_count == 0
+    async with await AsyncMemory.open(settings) as memory:
+        chunk = await memory.get(chunk_id)
+        assert chunk.retrieval_count == 1 and chunk.access_count == 1
+
+
+@pytest.mark.parametrize(
+    "overrides", [{"mode": "psychic"}, {"fusion": "magic"}, {"nonsense": 1}, {"limit": 0}]
+)
+async def test_bad_requests_are_query_errors(memory: AsyncMemory, overrides):
+    with pytest.raises(QueryError):
+        await memory.search("anything", **overrides)
+
+
+async def test_empty_query_is_a_query_error(memory: AsyncMemory):
+    with pytest.raises(QueryError, match="empty"):
+        await memory.search("   ")
