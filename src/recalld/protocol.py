@@ -44,6 +44,8 @@ INTERNAL_ERROR = -32603
 SHUTTING_DOWN = -32001
 NOT_READY = -32002
 LINE_TOO_LONG = -32003
+PERMISSION_DENIED = -32004
+TOO_MANY_CONNECTIONS = -32005
 
 STANDARD_MESSAGES = {
     PARSE_ERROR: "parse error",
@@ -54,6 +56,8 @@ STANDARD_MESSAGES = {
     SHUTTING_DOWN: "the daemon is shutting down",
     NOT_READY: "the daemon is starting up",
     LINE_TOO_LONG: "message too long",
+    PERMISSION_DENIED: "permission denied",
+    TOO_MANY_CONNECTIONS: "too many connections",
 }
 
 PROGRESS = "progress"

@@ -178,8 +178,10 @@ class FakeOpenAI:
         return f"http://127.0.0.1:{self.port}/v1"
 
     def start(self) -> FakeOpenAI:
-        """Listen on a free port and serve in a thread."""
-        server = _Server(("127.0.0.1", 0), _Handler)
+        """Listen on a free port (or on `port`, when set: a restart after `stop()` comes back
+        on the same one) and serve in a thread."""
+        self.stopping.clear()
+        server = _Server(("127.0.0.1", self.port), _Handler)
         server.fake = self
         self._server = server
         self.port = server.server_address[1]

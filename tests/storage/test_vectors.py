@@ -16,11 +16,13 @@ DIM = 384
 # Small candidate pools, so the cascade really has to choose (and can be wrong).
 TIGHT = vectors.Tuning(
     exact_below=0,
-    stage1_fraction=0.1,
+    stage1_fraction=0.05,
     stage1_min=50,
-    stage2_fraction=0.02,
-    stage2_min=40,
-    stage2_per_k=2,
+    stage2_fraction=0.03,
+    stage2_min=80,
+    stage3_fraction=0.01,
+    stage3_min=40,
+    per_k=1,
 )
 
 
@@ -85,7 +87,7 @@ def test_encode_matches_sqlite_vec_bit_order():
     theirs = conn.execute("SELECT vec_quantize_binary(?)", (v.tobytes(),)).fetchone()[0]
     ours = vectors.encode(v, DIM)[0].tobytes()
     assert ours[: DIM // 8] == theirs
-    assert len(ours) == vectors.code_bytes(DIM) == 48
+    assert len(ours) == vectors.code_bytes(DIM) == 96
     conn.close()
 
 

@@ -359,36 +359,28 @@ async def measure(
     }
 
 
-def run_size(
-    workdir: Path,
-    chunks: int,
-    dimension: int,
-    count: int,
-    keep: bool,
-    exact_below: int | None = None,
+def store_path(workdir: Path, chunks: int, dimension: int) -> Path:
+    """Where the synthetic store of a size lives (reused with `--store-dir`)."""
+    return workdir / f"scale-{chunks}-{dimension}.db"
+
+
+def build_size(workdir: Path, chunks: int, dimension: int, keep: bool) -> float | None:
+    """Build the store of `chunks` chunks unless `keep` and it exists; seconds, or None."""
+    path = store_path(workdir, chunks, dimension)
+    if keep and path.exists():
+        return None
+    for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        stale.unlink(missing_ok=True)
+    return asyncio.run(build(path, make_corpus(chunks, dimension), chunks))
+
+
+def measure_size(
+    workdir: Path, chunks: int, dimension: int, count: int, exact_below: int | None = None
 ) -> dict[str, Any]:
-    """Build (or reuse) the store of `chunks` chunks under `workdir` and measure it."""
-    path = workdir / f"scale-{chunks}-{dimension}.db"
-    corpus = make_corpus(chunks, dimension)
-    build_s = None
-    if not (keep and path.exists()):
-        for stale in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-            stale.unlink(missing_ok=True)
-        build_s = asyncio.run(build(path, corpus, chunks))
-    disk = _disk_mb(path)
-    result = asyncio.run(measure(path, corpus, count, exact_below))
-    return {
-        "chunks": chunks,
-        "dimension": dimension,
-        "build_s": None if build_s is None else round(build_s, 1),
-        "build_chunks_per_s": None if build_s is None else round(chunks / build_s),
-        "disk_mb": disk,
-        **result,
-    }
-
-
-def _child(args: tuple[Path, int, int, int, bool, int | None]) -> dict[str, Any]:
-    return run_size(*args)
+    """Measure the store of `chunks` chunks (in a process that did not build it)."""
+    path = store_path(workdir, chunks, dimension)
+    result = asyncio.run(measure(path, make_corpus(chunks, dimension), count, exact_below))
+    return {"disk_mb": _disk_mb(path), **result}
 
 
 def embed_timing(count: int, settings: Any) -> dict[str, Any] | None:
@@ -424,10 +416,20 @@ def run(
     results = []
     context = multiprocessing.get_context("spawn")
     for chunks in sizes:
+        # Build and measure in separate fresh processes, so RSS is the searching process's.
         with context.Pool(1) as pool:
-            results.append(
-                pool.apply(_child, ((workdir, chunks, dimension, count, keep, exact_below),))
-            )
+            build_s = pool.apply(build_size, (workdir, chunks, dimension, keep))
+        with context.Pool(1) as pool:
+            measured = pool.apply(measure_size, (workdir, chunks, dimension, count, exact_below))
+        results.append(
+            {
+                "chunks": chunks,
+                "dimension": dimension,
+                "build_s": None if build_s is None else round(build_s, 1),
+                "build_chunks_per_s": None if build_s is None else round(chunks / build_s),
+                **measured,
+            }
+        )
         print(f"{chunks}: {results[-1]}", file=sys.stderr)
     return {
         "dimension": dimension,

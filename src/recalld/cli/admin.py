@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from pathlib import Path
@@ -12,7 +13,8 @@ import click
 from recalld.cli.common import client_command, connect, json_option, load, pass_client
 from recalld.cli.output import duration, emit, pairs, snippet, table, when
 from recalld.client import Client
-from recalld.config import default_config_path, settings_as_dict
+from recalld.config import LoadedSettings, default_config_path, settings_as_dict
+from recalld.errors import DaemonAlreadyRunning, StoreError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -78,6 +80,22 @@ def errors(client: Client, limit: int, as_json: bool) -> None:
 
 def _render_check(report: dict[str, Any]) -> Any:
     def render(out: Console) -> None:
+        repaired = report.get("repair")
+        if repaired is not None:
+            before = repaired["before"]
+            out.print(
+                "before repair: "
+                + ("ok" if before["ok"] else "failed " + ", ".join(before["failed"])),
+                markup=False,
+            )
+            if repaired["actions"]:
+                table(
+                    out,
+                    ["repair", "count", "detail"],
+                    [(a["name"], a["count"], a["detail"]) for a in repaired["actions"]],
+                )
+            for item in repaired["unrepaired"]:
+                out.print(f"not repaired: {item['name']}: {item['detail']}", markup=False)
         table(
             out,
             ["check", "ok", "value", "detail"],
@@ -91,24 +109,68 @@ def _render_check(report: dict[str, Any]) -> Any:
     return render
 
 
+def _repair_offline(loaded: LoadedSettings) -> dict[str, Any]:
+    """Repair the store with the daemon stopped: its lock, the configured model, our own loop."""
+    # Imported only here: the store, the model and the ingest pipeline are heavy.
+    from recalld.api import AsyncMemory
+    from recalld.daemon.server import StoreLock
+    from recalld.storage.repair import check_and_repair
+
+    settings = loaded.settings
+    if not settings.store_path.exists():
+        raise StoreError(
+            f"no store at {settings.store_path}; start `recalld serve` once to create it",
+            data={"path": str(settings.store_path)},
+        )
+
+    async def run() -> dict[str, Any]:
+        async with await AsyncMemory.open(settings) as memory:
+            return await check_and_repair(
+                memory.store, memory.ingestor.embed, memory.add_file, memory.forget
+            )
+
+    lock = StoreLock(settings.store_path)
+    try:
+        lock.acquire()
+    except DaemonAlreadyRunning as exc:
+        raise DaemonAlreadyRunning(
+            f"{exc.message}; or repair through it: `recalld check --repair` without --offline",
+            data=exc.data,
+        ) from None
+    try:
+        return asyncio.run(run())
+    finally:
+        lock.release()
+
+
 @click.command()
 @click.option(
     "--offline", is_flag=True, help="Open the store file directly instead of asking the daemon."
 )
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Restore what failed (rebuild FTS, re-embed, drop orphans, re-ingest partial files); "
+    "user memories are kept.",
+)
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path))
 @json_option
-def check(offline: bool, sets: tuple[str, ...], config_file: Path | None, as_json: bool) -> None:
-    """Verify the store's invariants (vector/FTS/chunk parity, partial documents, SQLite
-    integrity). Exits 1 when a check fails."""
-    if offline:
+def check(
+    offline: bool, repair: bool, sets: tuple[str, ...], config_file: Path | None, as_json: bool
+) -> None:
+    """Verify the store's invariants (vector/FTS/chunk parity, partial documents, model, FTS and
+    SQLite integrity); with --repair, restore them first. Exits 1 when a check fails."""
+    if offline and repair:
+        report = _repair_offline(load(config_file, sets))
+    elif offline:
         # The store layer is imported only here: it pulls numpy and sqlite-vec.
         from recalld.storage.check import check_store
 
         report = check_store(load(config_file, sets).settings.store_path)
     else:
         with connect(config_file, sets) as client:
-            report = client.check()
+            report = client.check(repair=repair)
     emit(report, as_json, _render_check(report))
     if not report["ok"]:
         sys.exit(1)

@@ -76,6 +76,8 @@ class AsyncClient:
                 pass
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self._reader is not None and self._reader.at_eof():
+            await self.close()  # the daemon closes connections left idle; open a new one
         if self._reader is None or self._writer is None:
             try:
                 self._reader, self._writer = await asyncio.open_unix_connection(
@@ -223,9 +225,9 @@ class AsyncClient:
         result: list[dict[str, Any]] = (await self.call("errors/list", {"limit": limit}))["errors"]
         return result
 
-    async def check(self) -> dict[str, Any]:
-        """Verify the store's invariants."""
-        result: dict[str, Any] = await self.call("admin/check")
+    async def check(self, *, repair: bool = False) -> dict[str, Any]:
+        """Verify the store's invariants; with `repair`, restore them first."""
+        result: dict[str, Any] = await self.call("admin/check", {"repair": repair})
         return result
 
     async def config_show(self) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import select
 import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -23,6 +24,16 @@ from recalld.client.base import (
     socket_from_env,
 )
 from recalld.errors import DaemonError
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """True when the daemon has closed this connection (it does so to idle ones)."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        # Readable between calls means end of file (or a stray notification, kept for `call`).
+        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
 
 
 class Client:
@@ -75,6 +86,8 @@ class Client:
             self._sock = None
 
     def _connect(self) -> tuple[socket.socket, IO[bytes]]:
+        if self._sock is not None and _closed_by_peer(self._sock):
+            self.close()  # the daemon closes connections left idle; open a new one
         if self._sock is None or self._file is None:
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.settimeout(self.timeout)
@@ -216,9 +229,9 @@ class Client:
         result: list[dict[str, Any]] = self.call("errors/list", {"limit": limit})["errors"]
         return result
 
-    def check(self) -> dict[str, Any]:
-        """Verify the store's invariants."""
-        result: dict[str, Any] = self.call("admin/check")
+    def check(self, *, repair: bool = False) -> dict[str, Any]:
+        """Verify the store's invariants; with `repair`, restore them first."""
+        result: dict[str, Any] = self.call("admin/check", {"repair": repair})
         return result
 
     def config_show(self) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from recalld.daemon.sources import SourceRegistry, source_dict
 from recalld.errors import NotFoundError, RecalldError
 from recalld.ingest.watcher import SOURCE_KINDS
 from recalld.retrieval.search import MODES
-from recalld.storage import check, readers
+from recalld.storage import check, readers, repair
 from recalld.storage.schema import SCHEMA_VERSION
 from recalld.types import GRANULARITIES, KINDS, Chunk, Filters, Hit
 
@@ -293,10 +293,15 @@ async def errors_list(ctx: Context, params: Params, progress: Progress) -> Any:
 
 
 async def admin_check(ctx: Context, params: Params, progress: Progress) -> Any:
-    """Verify the store's invariants (read-only)."""
+    """Verify the store's invariants; with `repair`, restore them (see `storage.repair`)."""
+    fix = params.boolean("repair", False)
     params.done()
-    report = await asyncio.to_thread(check.check_store, ctx.memory.store.path)
-    return report
+    memory = ctx.memory
+    if not fix:
+        return await asyncio.to_thread(check.check_store, memory.store.path)
+    return await repair.check_and_repair(
+        memory.store, memory.ingestor.embed, memory.add_file, memory.forget
+    )
 
 
 async def config_show(ctx: Context, params: Params, progress: Progress) -> Any:

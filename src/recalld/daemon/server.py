@@ -5,8 +5,17 @@
 - On start a stale socket (nobody answers) is removed; a live one means another daemon serves
   it: `DaemonAlreadyRunning`. An exclusive `flock` on `<store>.lock` also keeps two daemons off
   one store even when their sockets differ.
+- Only the daemon's own user is served: the peer's uid is read from the kernel (`SO_PEERCRED`
+  on Linux, `LOCAL_PEERCRED`, which `getpeereid(3)` wraps, on macOS and FreeBSD) and any other
+  uid gets -32004 and is closed. The file modes keep other users out already; this holds even
+  when someone loosens them (issue 6).
+- At most `MAX_CONNECTIONS` connections are served at once; one more gets -32005 and is closed,
+  so a runaway client cannot exhaust descriptors or memory. A connection that sends no complete
+  line for `IDLE_TIMEOUT_S`, or does not read its answers for as long, is closed (clients
+  reconnect), so silent or stalled peers cannot hold those slots for ever.
 - A line that is not JSON gets -32700 with a null id and the connection stays open; a line over
-  `protocol.MAX_LINE_BYTES` gets -32003 and the connection is closed.
+  `protocol.MAX_LINE_BYTES` gets -32003 and the connection is closed (a line is never buffered
+  past the limit, whatever its length).
 - Requests on one connection are answered in order; connections are served concurrently.
 """
 
@@ -20,6 +29,8 @@ import logging
 import os
 import socket
 import stat
+import struct
+import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import IO, Any
@@ -31,6 +42,20 @@ from recalld.errors import ConfigError, DaemonAlreadyRunning
 logger = logging.getLogger(__name__)
 
 MAX_SOCKET_PATH = 100
+IDLE_TIMEOUT_S = 300.0
+MAX_CONNECTIONS = 256
+# The kernel's queue of connections not yet accepted. With asyncio's default of 100, a burst of
+# connections fails on the client side (EAGAIN) before the daemon can serve or refuse them.
+LISTEN_BACKLOG = 1024
+# A refused peer gets this long to take its one-line answer before the connection is dropped.
+_REFUSAL_WRITE_S = 1.0
+# `struct ucred` (Linux): pid, uid, gid.
+_UCRED = struct.Struct("3i")
+# The start of `struct xucred` (macOS, FreeBSD): cr_version, cr_uid; the groups follow.
+_XUCRED_HEAD = struct.Struct("2I")
+_XUCRED_SIZE = 128  # larger than the struct on every BSD; the kernel returns its own length
+_SOL_LOCAL = 0
+_LOCAL_PEERCRED = 0x001
 
 
 def check_socket_path(path: Path) -> None:
@@ -71,6 +96,31 @@ def socket_is_live(path: Path) -> bool:
     finally:
         probe.close()
     return True
+
+
+def peer_uid(sock: Any) -> int | None:
+    """The uid of the process at the other end of a connected Unix socket.
+
+    Args:
+        sock: A connected `AF_UNIX` socket (or asyncio's `TransportSocket` around one).
+
+    Returns:
+        The peer's effective uid, or None where the platform offers no way to ask.
+
+    Raises:
+        OSError: The kernel refused to tell (the peer is gone, or not a Unix socket).
+    """
+    if hasattr(socket, "SO_PEERCRED"):  # Linux
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size)
+        _pid, uid, _gid = _UCRED.unpack(raw[: _UCRED.size])
+        return int(uid)
+    if sys.platform == "darwin" or sys.platform.startswith("freebsd"):
+        # getpeereid(3) is this getsockopt; Python has no binding for either on every version.
+        option = getattr(socket, "LOCAL_PEERCRED", _LOCAL_PEERCRED)
+        raw = sock.getsockopt(_SOL_LOCAL, option, _XUCRED_SIZE)
+        _version, uid = _XUCRED_HEAD.unpack(raw[: _XUCRED_HEAD.size])
+        return int(uid)
+    return None
 
 
 class StoreLock:
@@ -119,17 +169,35 @@ class SocketServer:
     Args:
         path: The socket file.
         dispatcher: Answers each request.
+        idle_timeout: Seconds a connection may wait without sending a complete line (or
+            without reading what it is sent) before it is closed.
+        max_connections: Connections served at once; more are refused with -32005.
+        allowed_uid: The only peer uid served; default: this process's own.
     """
 
-    def __init__(self, path: Path, dispatcher: Dispatcher) -> None:
+    def __init__(
+        self,
+        path: Path,
+        dispatcher: Dispatcher,
+        *,
+        idle_timeout: float = IDLE_TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
+        allowed_uid: int | None = None,
+    ) -> None:
         self.path = path
         self.dispatcher = dispatcher
+        self.idle_timeout = idle_timeout
+        self.max_connections = max_connections
+        self.allowed_uid = os.geteuid() if allowed_uid is None else allowed_uid
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._inode: int | None = None
+        self.refused = 0  # connections turned away for the cap, since start
+        self._refused_burst = 0  # ... since the cap was last reached
+        self._peer_check_warned = False
 
     async def start(self) -> None:
         """Bind the socket.
@@ -150,7 +218,10 @@ class SocketServer:
             logger.info("removing stale socket %s", self.path)
             self.path.unlink()
         self._server = await asyncio.start_unix_server(
-            self._serve_connection, path=os.fspath(self.path), limit=protocol.MAX_LINE_BYTES
+            self._serve_connection,
+            path=os.fspath(self.path),
+            limit=protocol.MAX_LINE_BYTES,
+            backlog=LISTEN_BACKLOG,
         )
         os.chmod(self.path, 0o600)
         self._inode = self.path.stat().st_ino
@@ -181,9 +252,69 @@ class SocketServer:
             if self._inode is not None and self.path.stat().st_ino == self._inode:
                 self.path.unlink()
 
+    @property
+    def connections(self) -> int:
+        """Connections being served now."""
+        return len(self._connections)
+
+    def _refusal(self, writer: asyncio.StreamWriter) -> tuple[int, str] | None:
+        """Why this new connection must be turned away, if it must."""
+        sock = writer.get_extra_info("socket")
+        try:
+            uid = peer_uid(sock) if sock is not None else None
+        except OSError as exc:
+            logger.debug("cannot read the peer's credentials: %s", exc)
+            return protocol.PERMISSION_DENIED, "cannot verify who is connecting"
+        if uid is None:
+            if not self._peer_check_warned:
+                self._peer_check_warned = True
+                logger.warning(
+                    "this platform cannot tell who connects to %s; relying on its 0600 mode",
+                    self.path,
+                )
+        elif uid != self.allowed_uid:
+            logger.warning("refused a connection from uid %d: not the daemon's user", uid)
+            return (
+                protocol.PERMISSION_DENIED,
+                "permission denied: this daemon serves only the user who started it",
+            )
+        if len(self._connections) >= self.max_connections:
+            if not self._refused_burst:
+                logger.warning(
+                    "%d connections open, the most served at once; refusing new ones",
+                    len(self._connections),
+                )
+            self._refused_burst += 1
+            self.refused += 1
+            return (
+                protocol.TOO_MANY_CONNECTIONS,
+                f"too many connections ({self.max_connections} open); close idle clients or "
+                "retry in a moment",
+            )
+        if self._refused_burst and len(self._connections) < self.max_connections * 9 // 10:
+            logger.info("accepting connections again (%d refused meanwhile)", self._refused_burst)
+            self._refused_burst = 0
+        return None
+
+    async def _refuse(self, writer: asyncio.StreamWriter, code: int, message: str) -> None:
+        try:
+            writer.write(protocol.dumps(protocol.error_response(None, code, message)))
+            async with asyncio.timeout(_REFUSAL_WRITE_S):
+                await writer.drain()
+        except (ConnectionError, TimeoutError):
+            pass  # the peer went away or does not read; it is dropped either way
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
     async def _serve_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        refusal = self._refusal(writer)
+        if refusal is not None:
+            await self._refuse(writer, *refusal)
+            return
         # The work runs in an inner task that shutdown may cancel: Python 3.11's stream
         # protocol logs a spurious error when the handler task itself ends cancelled.
         task = asyncio.create_task(self._connection(reader, writer))
@@ -202,8 +333,19 @@ class SocketServer:
 
         async def send(message: dict[str, Any]) -> None:
             async with lock:
+                if writer.is_closing():
+                    return
                 writer.write(protocol.dumps(message))
-                await writer.drain()
+                try:
+                    async with asyncio.timeout(self.idle_timeout):
+                        await writer.drain()
+                except TimeoutError:
+                    # The peer stopped reading its answers. Dropping the connection frees its
+                    # slot and the buffered answers; the read loop then sees it closed.
+                    logger.info(
+                        "dropping a connection that stopped reading for %g s", self.idle_timeout
+                    )
+                    writer.transport.abort()
 
         try:
             await self._read_loop(reader, send)
@@ -232,7 +374,12 @@ class SocketServer:
     ) -> None:
         while True:
             try:
-                line = await reader.readuntil(b"\n")
+                async with asyncio.timeout(self.idle_timeout):
+                    line = await reader.readuntil(b"\n")
+            except TimeoutError:
+                # Silent, or a half line trickling in: either way the slot is taken back.
+                logger.debug("closing a connection idle for %g s", self.idle_timeout)
+                return
             except asyncio.LimitOverrunError:
                 await send(
                     protocol.error_response(

@@ -38,9 +38,9 @@ WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9
 # sentence-transformers' max_seq_length for this model (its tokenizer.json says 128).
 MAX_TOKENS = 256
 DIMENSION = 384
-# Sub-batches hold at most BATCH_SIZE texts and BATCH_TOKENS padded tokens. On 2 cores small
-# runs were fastest: ~250-token texts one by one beat 8 at a time by ~6% (32 at a time lost
-# ~15%), while short texts gained ~25% from batches of 8 over single runs.
+# Sub-batches hold at most BATCH_SIZE texts and BATCH_TOKENS padded tokens. On 2 cores,
+# ~250-token texts ran 5-15% faster alone or in pairs than 32 at a time (smaller attention
+# tensors stay in cache), while short texts ran ~25% faster in batches than one by one.
 BATCH_SIZE = 32
 BATCH_TOKENS = 512
 # The one MatMul kept in fp32: its input (layer 0's GELU output) has outliers that the

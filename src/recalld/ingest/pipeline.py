@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -327,5 +328,12 @@ class Ingestor:
     async def _record_error(self, source: str, error: RecalldError) -> None:
         logger.warning("cannot ingest %s: %s", source, error.message)
         await self.store.write(
-            lambda c: writer.record_error(c, source, type(error).__name__, error.message)
+            lambda c: replace_error(c, source, type(error).__name__, error.message)
         )
+
+
+async def replace_error(conn: Any, source: str, error_type: str, message: str) -> None:
+    """Record why a source failed, in place of its earlier errors: a file that fails at every
+    event or scan is listed once, with its latest reason."""
+    await writer.clear_errors(conn, source)
+    await writer.record_error(conn, source, error_type, message)

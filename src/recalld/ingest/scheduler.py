@@ -29,10 +29,11 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from stat import S_ISREG
 from typing import Any
 
 from recalld.errors import EmbeddingError, IngestError, NotFoundError, RecalldError
-from recalld.ingest.pipeline import Ingestor, IngestReport, content_hash
+from recalld.ingest.pipeline import Ingestor, IngestReport, content_hash, replace_error
 from recalld.ingest.watcher import FileState, PathFilter, WatchedSource, accepts, walk
 from recalld.storage import readers, writer
 from recalld.types import Document
@@ -102,6 +103,20 @@ class _Read:
     size: int
 
 
+def _name_error(path: Path) -> IngestError | None:
+    """Refuse a file name that is not valid UTF-8: the store and the protocol are UTF-8, so it
+    could be neither stored nor shown (it is reported with the bad bytes escaped)."""
+    try:
+        os.fspath(path).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+        return IngestError(
+            f"{shown}: the file name is not valid UTF-8; rename the file to ingest it",
+            data={"path": shown, "reason": "file name is not UTF-8"},
+        )
+    return None
+
+
 def _read(path: Path, max_bytes: int) -> _Read | FileState | None:
     """Read a file for ingest; None when it is gone, its `FileState` when it is a folder."""
     try:
@@ -110,6 +125,13 @@ def _read(path: Path, max_bytes: int) -> _Read | FileState | None:
         return None
     if path.is_dir():
         return FileState(path, stat.st_mtime, -1)
+    if not S_ISREG(stat.st_mode):
+        # Opening a FIFO would block the worker until someone writes to it; a device may
+        # never end (issue 6).
+        raise IngestError(
+            f"{path} is not a regular file (a pipe, socket or device); it is not ingested",
+            data={"path": str(path), "reason": "not a regular file"},
+        )
     if stat.st_size > max_bytes:
         raise IngestError(
             f"{path} is {stat.st_size / 2**20:.0f} MiB, over the {max_bytes / 2**20:.0f} MiB "
@@ -447,6 +469,9 @@ class Scheduler:
         reads: list[_Read] = []
         gone: list[str] = []
         for path in latest:
+            if (bad_name := _name_error(path)) is not None:
+                await self._fail(report, bad_name.data["path"], bad_name)
+                continue
             source = None if explicit else self.source_for(path)
             if source is not None and not accepts(source.kind, path):
                 continue
@@ -593,4 +618,4 @@ class Scheduler:
         report.failed += 1
         if len(report.errors) < MAX_REPORTED_ERRORS:
             report.errors.append({"path": source, "type": kind, "message": message})
-        await self.ingestor.store.write(lambda c: writer.record_error(c, source, kind, message))
+        await self.ingestor.store.write(lambda c: replace_error(c, source, kind, message))

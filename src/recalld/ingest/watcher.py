@@ -14,10 +14,14 @@ virtualenvs (any folder holding a `pyvenv.cfg`), editor temporary files (`*.swp`
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import fnmatch
 import logging
 import os
 import re
+import stat as stat_module
+import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +71,8 @@ IGNORED_FILES = (
     "*.lock",
 )
 _IGNORED_FILES_RE = re.compile("|".join(fnmatch.translate(p) for p in IGNORED_FILES))
+
+RESTART_MAX_S = 30.0  # the longest wait before a failed watcher is started again
 
 # What each source kind takes in; `auto` lets the chunkers pick by extension and shape.
 SOURCE_KINDS = ("auto", "documents", "code", "conversations")
@@ -149,14 +155,35 @@ def _list_dir(folder: Path, wanted: PathFilter) -> tuple[list[FileState], list[P
             if entry.is_dir(follow_symlinks=False):
                 if not is_ignored_name(entry.name, is_dir=True):
                     folders.append(Path(entry.path))
-            elif entry.is_file(follow_symlinks=True):
-                if is_ignored_name(entry.name, is_dir=False) or not wanted.wanted(entry.path):
-                    continue
+            elif is_ignored_name(entry.name, is_dir=False) or not wanted.wanted(entry.path):
+                continue
+            elif _regular_file(entry):
                 stat = entry.stat()
+                files.append(FileState(Path(entry.path), stat.st_mtime, stat.st_size))
+            elif _never_readable(entry):
+                # Listed so that the scheduler records why it is skipped (issue 6).
+                stat = entry.stat(follow_symlinks=False)
                 files.append(FileState(Path(entry.path), stat.st_mtime, stat.st_size))
         except OSError:
             continue  # vanished while listing; its event follows
     return files, folders
+
+
+def _regular_file(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_file(follow_symlinks=True)
+    except OSError:
+        return False  # a symlink loop raises here
+
+
+def _never_readable(entry: os.DirEntry[str]) -> bool:
+    """A pipe, socket or device, or a symlink that loops. A symlink to a folder (not followed)
+    or to nothing is simply passed over."""
+    try:
+        target = os.stat(entry.path)
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return not stat_module.S_ISDIR(target.st_mode)
 
 
 async def walk(root: Path, wanted: PathFilter | None = None) -> AsyncIterator[FileState]:
@@ -198,7 +225,13 @@ class Watcher:
         self.roots: tuple[Path, ...] = ()
 
     async def run(self, roots: Sequence[Path], stop: asyncio.Event) -> None:
-        """Watch `roots` until `stop` is set. Roots that do not exist are skipped."""
+        """Watch `roots` until `stop` is set. Roots that do not exist are skipped.
+
+        A watcher that fails is restarted, with back-off, and every root is reported changed so
+        the scheduler rescans what the failure may have swallowed: watchfiles' Rust side gives
+        up on a file name that is not valid UTF-8 (`WatchfilesRustInternalError`), and one such
+        file must not stop the daemon (issue 6).
+        """
         self.roots = tuple(r for r in roots if r.is_dir())
         missing = [r for r in roots if not r.is_dir()]
         for root in missing:
@@ -206,6 +239,27 @@ class Watcher:
         if not self.roots:
             await stop.wait()
             return
+        failures = 0
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                await self._watch(stop)
+                return
+            except Exception:
+                # A watcher that ran a good while before failing starts its back-off afresh.
+                failures = 1 if time.monotonic() - started > RESTART_MAX_S else failures + 1
+                logger.warning(
+                    "the file watcher failed; restarting it and rescanning %d folders",
+                    len(self.roots),
+                    exc_info=failures == 1,
+                )
+            for root in self.roots:
+                self.sink(root, False)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(RESTART_MAX_S, 0.5 * 2 ** min(failures, 8))):
+                    await stop.wait()
+
+    async def _watch(self, stop: asyncio.Event) -> None:
         logger.info("watching %d folders", len(self.roots))
         async for changes in watchfiles.awatch(
             *self.roots,

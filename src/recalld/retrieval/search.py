@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from recalld.config import SearchSettings
 from recalld.embeddings.base import Embedder
-from recalld.errors import QueryError
+from recalld.errors import EmbeddingError, QueryError, RecalldError
 from recalld.retrieval import diversity, fusion, gate, rerank
 from recalld.storage import readers
 from recalld.storage.fts import match_expression, query_terms, quote_term
@@ -62,6 +62,13 @@ class Searcher:
         self._df_cache: dict[str, int] = {}
         self._df_generation = -1
         self._total = 0
+        self._embedding_down = False
+
+    def _note_embedding_down(self, exc: EmbeddingError) -> None:
+        # Once per outage at WARNING; every search in it would otherwise log the same line.
+        level = logging.DEBUG if self._embedding_down else logging.WARNING
+        logger.log(level, "cannot embed the query (%s); searching by keywords only", exc.message)
+        self._embedding_down = True
 
     async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
         """The query's vector, from a bounded LRU cache or the model (in a worker thread)."""
@@ -77,18 +84,23 @@ class Searcher:
 
     async def _doc_freqs(self, terms: list[str]) -> tuple[list[int], int]:
         # Document frequencies change only when the store does; the cache follows its generation.
-        if self._df_generation != self.store.generation:
-            self._df_cache.clear()
-            self._df_generation = self.store.generation
-            self._total = await self.store.read(readers.chunk_total)
-        missing = [t for t in terms if t.lower() not in self._df_cache]
+        # Concurrent searches share it, and one may start a new generation while another is
+        # between awaits: each works on the dict it began with (issue 6, found under load).
+        generation = self.store.generation
+        if generation > self._df_generation:
+            total = await self.store.read(readers.chunk_total)
+            if generation > self._df_generation:
+                self._df_cache, self._df_generation, self._total = {}, generation, total
+        cache, total = self._df_cache, self._total
+        found = {t.lower(): cache[t.lower()] for t in terms if t.lower() in cache}
+        missing = [t for t in terms if t.lower() not in found]
         if missing:
             async with self.store.reading() as conn:
                 for term in missing:
-                    self._df_cache[term.lower()] = await readers.document_frequency(
+                    found[term.lower()] = cache[term.lower()] = await readers.document_frequency(
                         conn, quote_term(term)
                     )
-        return [self._df_cache[t.lower()] for t in terms], self._total
+        return [found[t.lower()] for t in terms], total
 
     async def search(
         self,
@@ -134,9 +146,20 @@ class Searcher:
         use_vector = opts.mode in ("hybrid", "vector")
         use_keyword = opts.mode in ("hybrid", "bm25") or opts.gate
 
+        degraded: list[str] = []
+
         async def vector_route() -> list[tuple[int, float]]:
             t0 = time.perf_counter()
-            vector = await self.embed_query(query)
+            try:
+                vector = await self.embed_query(query)
+            except EmbeddingError as exc:
+                if opts.mode == "vector":
+                    raise
+                # The embedding endpoint is down: keywords still answer (issue 6).
+                self._note_embedding_down(exc)
+                degraded.append(exc.message)
+                return []
+            self._embedding_down = False
             timings["embed_ms"] = (time.perf_counter() - t0) * 1000
             t1 = time.perf_counter()
             hits = await self.store.read(lambda c: readers.knn(c, vector, pool, filters))
@@ -150,10 +173,14 @@ class Searcher:
             timings["bm25_ms"] = (time.perf_counter() - t0) * 1000
             return hits
 
-        async with asyncio.TaskGroup() as tg:
-            vec_task = tg.create_task(vector_route()) if use_vector else None
-            kw_task = tg.create_task(keyword_route()) if use_keyword else None
-            df_task = tg.create_task(self._doc_freqs(terms)) if use_keyword else None
+        try:
+            async with asyncio.TaskGroup() as tg:
+                vec_task = tg.create_task(vector_route()) if use_vector else None
+                kw_task = tg.create_task(keyword_route()) if use_keyword else None
+                df_task = tg.create_task(self._doc_freqs(terms)) if use_keyword else None
+        except* RecalldError as group:
+            # Our own errors keep their class (and so their code on the socket).
+            raise group.exceptions[0] from None
         vec_hits = vec_task.result() if vec_task else []
         kw_hits = kw_task.result() if kw_task else []
         similarity = {cid: 1.0 - dist for cid, dist in vec_hits}
@@ -254,6 +281,8 @@ class Searcher:
             "tier": result_tier,
             "timings_ms": {k: round(v, 3) for k, v in timings.items()},
         }
+        if degraded:
+            summary["vector_unavailable"] = degraded[0]
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("search: %d hits, %s", len(hits), summary["timings_ms"])
         return SearchResult(hits=hits, tier=result_tier, rejected=rejected, explain=summary)

@@ -1,17 +1,24 @@
 """`check`: verify the store's invariants without changing anything.
 
-- every chunk has exactly one vector and one FTS row (vector / FTS / chunk count parity);
-- no orphan vectors, no chunk without its document;
-- each document's `chunk_count` matches its chunks;
+- every chunk has exactly one vector and one FTS row, and every vector and FTS row a chunk;
+- no chunk without its document; each document's `chunk_count` matches its chunks;
 - no document is left `partial`;
+- the vector cascade's tables (`vector_codes`, `vector_floats`) mirror `chunks_vec`;
+- the embedding model and dimension in `meta` match the vector table;
+- FTS5's own `integrity-check`, comparing the index with the chunks it was built from
+  (https://sqlite.org/fts5.html#the_integrity_check_command);
 - `PRAGMA integrity_check` (https://sqlite.org/pragma.html#pragma_integrity_check).
 
-It opens its own read-only connection without the reader pool's time limit: an integrity check
-of a large file can take longer than any search should. Blocking; run it in a thread.
+It opens its own connections without the reader pool's time limit: an integrity check of a
+large file can take longer than any search should. FTS5 runs its integrity check as an
+`INSERT`, which a read-only connection refuses, so that one runs on a writable connection
+inside a transaction that is rolled back. Blocking; run it in a thread. `storage.repair`
+restores what this finds broken.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -20,7 +27,7 @@ from recalld.errors import StoreError
 from recalld.storage.connection import DatabaseError, connect
 
 # Each check: a name, one query returning a single number that must be 0, and what it means.
-_ZERO_CHECKS: tuple[tuple[str, str, str], ...] = (
+ZERO_CHECKS: tuple[tuple[str, str, str], ...] = (
     (
         "chunks_without_vector",
         "SELECT count(*) FROM chunks c WHERE NOT EXISTS "
@@ -32,6 +39,19 @@ _ZERO_CHECKS: tuple[tuple[str, str, str], ...] = (
         "SELECT count(*) FROM chunks_vec v WHERE NOT EXISTS "
         "(SELECT 1 FROM chunks c WHERE c.id = v.chunk_id)",
         "vectors whose chunk is gone",
+    ),
+    (
+        "chunks_without_fts",
+        # External-content FTS5 keeps one docsize row per indexed chunk.
+        "SELECT count(*) FROM chunks c WHERE NOT EXISTS "
+        "(SELECT 1 FROM chunks_fts_docsize f WHERE f.id = c.id)",
+        "chunks missing from the full-text index",
+    ),
+    (
+        "orphan_fts_rows",
+        "SELECT count(*) FROM chunks_fts_docsize f WHERE NOT EXISTS "
+        "(SELECT 1 FROM chunks c WHERE c.id = f.id)",
+        "full-text rows whose chunk is gone",
     ),
     (
         "orphan_chunks",
@@ -48,20 +68,88 @@ _ZERO_CHECKS: tuple[tuple[str, str, str], ...] = (
     (
         "partial_documents",
         "SELECT count(*) FROM documents WHERE state = 'partial'",
-        "documents left half-written (re-ingested on start-up)",
+        "documents left half-written (re-ingested on start-up and by repair)",
     ),
 )
 
+# The vector cascade's copies of chunks_vec (storage/vectors.py), checked when present. Table
+# names cannot be bound as parameters; these are our own constants.
+MIRROR_TABLES = ("vector_codes", "vector_floats")
+_MIRROR_GAP = (
+    "SELECT (SELECT count(*) FROM chunks_vec v WHERE NOT EXISTS "
+    "(SELECT 1 FROM {table} m WHERE m.chunk_id = v.chunk_id)) + (SELECT count(*) FROM {table} m "
+    "WHERE NOT EXISTS (SELECT 1 FROM chunks_vec v WHERE v.chunk_id = m.chunk_id))"
+)
+_FLOAT_DIMENSION = re.compile(r"float\[(\d+)\]")
 
-def _scalar(conn: Any, sql: str) -> int:
-    return int(conn.execute(sql).fetchone()[0])
+FTS_INTEGRITY_SQL = "INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('integrity-check', 1)"
+
+
+def _scalar(conn: Any, sql: str, params: tuple[Any, ...] = ()) -> int:
+    return int(conn.execute(sql, params).fetchone()[0])
+
+
+def _result(name: str, value: int, detail: str) -> dict[str, Any]:
+    return {"name": name, "ok": value == 0, "value": value, "detail": detail}
+
+
+def table_exists(conn: Any, name: str) -> bool:
+    """Whether the store has a table (or virtual table) called `name`."""
+    return _scalar(conn, "SELECT count(*) FROM sqlite_master WHERE name = ?", (name,)) > 0
+
+
+def vector_table_dimension(conn: Any) -> int | None:
+    """The dimension `chunks_vec` was created with (None before the first model stamped it)."""
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()
+    found = _FLOAT_DIMENSION.search(str(row[0])) if row else None
+    return int(found.group(1)) if found else None
+
+
+def _model_check(conn: Any) -> dict[str, Any]:
+    meta = {str(k): str(v) for k, v in conn.execute("SELECT key, value FROM meta").fetchall()}
+    table = vector_table_dimension(conn)
+    model, dimension = meta.get("model_id"), meta.get("dimension")
+    if model is None and dimension is None and table is None:
+        return _result("model", 0, "no model stamped yet (a new store)")
+    if model is None or dimension is None or not dimension.isdigit():
+        return _result(
+            "model", 1, f"meta names no model or dimension; the vector table has {table}"
+        )
+    if table != int(dimension):
+        return _result(
+            "model",
+            1,
+            f"meta says {model} ({dimension} dims) but the vector table holds {table}-dim "
+            "vectors; re-embed the store",
+        )
+    return _result("model", 0, f"{model} ({dimension} dims)")
+
+
+def _fts_integrity(path: Path) -> dict[str, Any]:
+    conn = connect(path)
+    try:
+        # IMMEDIATE: take the write lock first, waiting for the daemon's writer (busy_timeout).
+        # A deferred transaction upgraded mid-statement fails at once when a write slipped in.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            conn.execute(FTS_INTEGRITY_SQL)
+            return _result("fts_integrity", 0, "")
+        except DatabaseError as exc:
+            if "locked" in str(exc):
+                raise
+            return _result("fts_integrity", 1, f"{exc}; `recalld check --repair` rebuilds it")
+        finally:
+            conn.execute("ROLLBACK")
+    finally:
+        conn.close()
 
 
 def check_store(path: Path) -> dict[str, Any]:
     """Run every check on the store file at `path`.
 
     Returns:
-        `{"ok": bool, "counts": {...}, "checks": [{"name", "ok", "value", "detail"}], ...}`.
+        `{"ok": bool, "path", "counts": {...}, "checks": [{"name", "ok", "value", "detail"}],
+        "elapsed_ms"}`.
 
     Raises:
         StoreError: The file does not exist or cannot be read as a store.
@@ -76,44 +164,44 @@ def check_store(path: Path) -> dict[str, Any]:
     except DatabaseError as exc:
         raise StoreError(f"cannot open store {path}: {exc}") from exc
     try:
+        if not table_exists(conn, "chunks_vec"):
+            raise StoreError(
+                f"{path} has no vector table yet; start `recalld serve` once to finish creating it",
+                data={"path": str(path)},
+            )
         counts = {
             "documents": _scalar(conn, "SELECT count(*) FROM documents"),
             "chunks": _scalar(conn, "SELECT count(*) FROM chunks"),
             "vectors": _scalar(conn, "SELECT count(*) FROM chunks_vec"),
-            # External-content FTS5 keeps one docsize row per indexed chunk.
             "fts_rows": _scalar(conn, "SELECT count(*) FROM chunks_fts_docsize"),
         }
-        checks: list[dict[str, Any]] = []
-        for name, sql, detail in _ZERO_CHECKS:
-            value = _scalar(conn, sql)
-            checks.append({"name": name, "ok": value == 0, "value": value, "detail": detail})
-        fts_gap = abs(counts["fts_rows"] - counts["chunks"])
+        checks = [_result(name, _scalar(conn, sql), detail) for name, sql, detail in ZERO_CHECKS]
         checks.append(
-            {
-                "name": "fts_parity",
-                "ok": fts_gap == 0,
-                "value": fts_gap,
-                "detail": "difference between FTS rows and chunks",
-            }
+            _result(
+                "fts_parity",
+                abs(counts["fts_rows"] - counts["chunks"]),
+                "difference between FTS rows and chunks",
+            )
         )
-        vec_gap = abs(counts["vectors"] - counts["chunks"])
         checks.append(
-            {
-                "name": "vector_parity",
-                "ok": vec_gap == 0,
-                "value": vec_gap,
-                "detail": "difference between vectors and chunks",
-            }
+            _result(
+                "vector_parity",
+                abs(counts["vectors"] - counts["chunks"]),
+                "difference between vectors and chunks",
+            )
         )
+        mirrors = [t for t in MIRROR_TABLES if table_exists(conn, t)]
+        if mirrors:
+            gap = sum(_scalar(conn, _MIRROR_GAP.format(table=t)) for t in mirrors)
+            checks.append(
+                _result("vector_index", gap, "vectors missing from or extra in the vector index")
+            )
+        checks.append(_model_check(conn))
+        checks.append(_fts_integrity(path))
         problems = [str(r[0]) for r in conn.execute("PRAGMA integrity_check").fetchall()]
         sane = problems == ["ok"]
         checks.append(
-            {
-                "name": "integrity_check",
-                "ok": sane,
-                "value": 0 if sane else len(problems),
-                "detail": "; ".join(problems[:10]),
-            }
+            _result("integrity_check", 0 if sane else len(problems), "; ".join(problems[:10]))
         )
     except DatabaseError as exc:
         raise StoreError(f"cannot check store {path}: {exc}") from exc
@@ -126,3 +214,8 @@ def check_store(path: Path) -> dict[str, Any]:
         "checks": checks,
         "elapsed_ms": round((time.perf_counter() - started) * 1000, 1),
     }
+
+
+def failed(report: dict[str, Any]) -> set[str]:
+    """The names of the checks that failed in a `check_store` report."""
+    return {c["name"] for c in report["checks"] if not c["ok"]}

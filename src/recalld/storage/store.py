@@ -99,7 +99,8 @@ class Store:
         # The vector cascade's in-memory mirror; readers.knn and the writer find it by
         # connection, and write() applies the writer's staged changes after each COMMIT.
         self.vectors = vectors.VectorIndex(dimension, self._write_lock)
-        for conn in (writer, *readers):
+        vectors.attach(writer, self.vectors, writer=True)
+        for conn in readers:
             vectors.attach(conn, self.vectors)
 
     @classmethod

@@ -1,16 +1,18 @@
-"""Vector search that holds at a million chunks: sign bits in memory, exact rescoring in SQLite.
+"""Vector search that holds at a million chunks: bit codes in memory, exact rescoring in SQLite.
 
-sqlite-vec 0.1 has no ANN index: its exact KNN reads every vector, ~50 ms per query at
+sqlite-vec 0.1 has no ANN index: its exact KNN reads every vector, ~50-90 ms per query at
 100k x 384 on a 2-core laptop, growing linearly (issue 7). Below `Tuning.exact_below` live
 chunks `readers.knn` keeps that exact path; above it, it runs this cascade:
 
-1. **Hamming** distance between the query's sign bits and every chunk's (one bit per dimension,
-   held in memory column by column: 48 MB per million 384-d chunks, ~11 ms per million).
-2. **Asymmetric** score, the float query against each candidate's bits through per-byte lookup
-   tables, on the best few percent. On MiniLM vectors it needs ~4x fewer candidates than
-   Hamming for the same recall (measured on SciFact, see the README's Benchmarks).
-3. **Exact** cosine distance in SQLite for the best ~0.5 %, from `vector_floats`, a plain table
-   whose rows are cheap to fetch by id (vec0 point lookups cost ~0.1 ms a row).
+1. **Hamming** distance between the query's sign bits and every chunk's, over a column-major
+   matrix of 64-bit words held in memory (~11 ms per million 384-d chunks).
+2. **Sign score**: the float query against each survivor's +-1 signs, through per-byte lookup
+   tables. On MiniLM vectors it needs ~4x fewer candidates than Hamming for the same recall.
+3. **Two-bit score**: the same with a magnitude bit per dimension (four levels), which needs
+   ~4x fewer again; 96 bytes of code per 384-d chunk in all (96 MB per million).
+4. **Exact** cosine distance in SQLite for the last few hundred / thousand, from
+   `vector_floats`, a plain table whose rows are cheap to fetch by id (vec0 point lookups cost
+   ~0.1 ms a row).
 
 Consistency: `vector_codes` and `vector_floats` are written by `insert` / `delete` on the writer
 connection, inside the caller's transaction. The in-memory mirror (`VectorIndex`) is loaded
@@ -29,6 +31,7 @@ import json
 import logging
 import weakref
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,32 +63,48 @@ _LOAD_BATCH = 50_000
 class Tuning:
     """How many candidates each stage keeps (chosen with `python -m recalld.bench scale`).
 
+    Each stage keeps max(min, per_k x k, fraction x chunks). The fractions were calibrated on
+    all-MiniLM-L6-v2 vectors of SciFact, so recall holds even if the density of near
+    neighbours grows with the store (the pessimistic case); see the README's Benchmarks.
+
     Attributes:
         exact_below: Stores with fewer live chunks use sqlite-vec's exact KNN.
-        stage1_fraction, stage1_min: Hamming keeps max(min, fraction x chunks).
-        stage2_fraction, stage2_min, stage2_per_k: The asymmetric score keeps
-            max(min, per_k x k, fraction x chunks) for exact rescoring.
+        stage1_fraction, stage1_min: Hamming distance on the sign bits.
+        stage2_fraction, stage2_min: The float query against the sign bits.
+        stage3_fraction, stage3_min: The float query against two bits a dimension (sign and
+            magnitude); these are rescored exactly in SQLite.
+        per_k: Floor for stages 2 and 3, per result asked for.
     """
 
     exact_below: int = 20_000
-    stage1_fraction: float = 0.04
+    stage1_fraction: float = 0.03
     stage1_min: int = 2_000
-    stage2_fraction: float = 0.005
-    stage2_min: int = 250
-    stage2_per_k: int = 8
+    stage2_fraction: float = 0.01
+    stage2_min: int = 500
+    stage3_fraction: float = 0.0025
+    stage3_min: int = 200
+    per_k: int = 4
 
 
 def code_bytes(dimension: int) -> int:
-    """Bytes per code: one bit per dimension, padded to whole 64-bit words."""
-    return (dimension + 63) // 64 * 8
+    """Bytes per code: a sign bit and a magnitude bit per dimension, each plane padded to
+    whole 64-bit words."""
+    return (dimension + 63) // 64 * 16
 
 
 def encode(vectors: npt.NDArray[np.floating[Any]], dimension: int) -> npt.NDArray[np.uint8]:
-    """Sign bits of each row, packed little-endian (bit b of byte j is dimension 8j + b)."""
-    matrix = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
-    bits = np.zeros((matrix.shape[0], code_bytes(dimension) * 8), dtype=bool)
-    bits[:, :dimension] = matrix[:, :dimension] > 0
-    return np.packbits(bits, axis=1, bitorder="little")
+    """Two bit planes per row, packed little-endian (bit b of byte j is dimension 8j + b).
+
+    The first plane is the sign (as sqlite-vec's `vec_quantize_binary`); the second says
+    whether |x| is above the median magnitude of a random unit vector's coordinates
+    (0.674 / sqrt(d)), which turns each coordinate into one of four levels for stage 3.
+    """
+    matrix = np.atleast_2d(np.asarray(vectors, dtype=np.float32))[:, :dimension]
+    width = (dimension + 63) // 64 * 64
+    planes = np.zeros((matrix.shape[0], 2, width), dtype=bool)
+    planes[:, 0, :dimension] = matrix > 0
+    planes[:, 1, :dimension] = np.abs(matrix) > 0.674 / np.sqrt(dimension)
+    return np.packbits(planes.reshape(matrix.shape[0], -1), axis=1, bitorder="little")
 
 
 class _Arrays:
@@ -133,11 +152,12 @@ class VectorIndex:
     ) -> None:
         self.dimension = dimension
         self.tuning = tuning or Tuning()
-        self._words = code_bytes(dimension) // 8
+        self._words = code_bytes(dimension) // 16  # 64-bit words per bit plane
         self._write_lock = write_lock
         self._arrays: _Arrays | None = None
-        self._slots: dict[int, int] = {}
+        self._live = 0
         self._dead = 0
+        self._max_id = -1  # new rowids are usually above it, so they need no delete pass
         self._pending: list[Change] = []
         self._vocab: dict[str, int] = {}
 
@@ -149,10 +169,10 @@ class VectorIndex:
     @property
     def live(self) -> int:
         """Chunks in the mirror (0 until loaded)."""
-        return len(self._slots)
+        return self._live
 
     def memory_bytes(self) -> int:
-        """Bytes held by the arrays (the id map adds ~100 bytes per chunk on top)."""
+        """Bytes held by the mirror's arrays (there is no per-chunk Python object)."""
         a = self._arrays
         if a is None:
             return 0
@@ -183,7 +203,7 @@ class VectorIndex:
                 self._delete(payload)
             else:
                 self._upsert(*payload)
-        if self._dead > max(1024, len(self._slots) // 4):
+        if self._dead > max(1024, self._live // 4):
             self._compact()
 
     def rollback(self) -> None:
@@ -192,16 +212,24 @@ class VectorIndex:
 
     def _unload(self) -> None:
         self._arrays = None
-        self._slots = {}
+        self._live = 0
         self._dead = 0
+        self._max_id = -1
 
     def _delete(self, chunk_ids: Iterable[int]) -> None:
-        assert self._arrays is not None
-        for cid in chunk_ids:
-            slot = self._slots.pop(int(cid), None)
-            if slot is not None:
-                self._arrays.alive[slot] = False
-                self._dead += 1
+        a = self._arrays
+        assert a is not None
+        wanted = np.fromiter((int(c) for c in chunk_ids), dtype=np.int64)
+        if not len(wanted) or not a.size:
+            return
+        # One vectorised pass instead of an id -> slot dict, which would cost ~100 bytes a
+        # chunk (100 MB at a million); "table" is O(n) in the chunks, not O(n x deleted).
+        hit = np.isin(a.ids[: a.size], wanted, kind="table") & a.alive[: a.size]
+        removed = int(np.count_nonzero(hit))
+        if removed:
+            a.alive[: a.size][hit] = False
+            self._live -= removed
+            self._dead += removed
 
     def _upsert(
         self,
@@ -210,7 +238,11 @@ class VectorIndex:
         kinds: Sequence[str],
         grans: Sequence[str],
     ) -> None:
-        self._delete(chunk_ids)
+        if not len(chunk_ids):
+            return
+        if min(chunk_ids) <= self._max_id:
+            self._delete(chunk_ids)
+        self._max_id = max(self._max_id, max(chunk_ids))
         a = self._arrays
         assert a is not None
         count = len(chunk_ids)
@@ -223,15 +255,14 @@ class VectorIndex:
         a.kinds[start:end] = [self._label(k) for k in kinds]
         a.grans[start:end] = [self._label(g) for g in grans]
         a.alive[start:end] = True
-        for offset, cid in enumerate(chunk_ids):
-            self._slots[int(cid)] = start + offset
+        self._live += count
         a.size = end  # last: a search that reads `size` sees finished rows only
 
     def _compact(self) -> None:
         old = self._arrays
         assert old is not None
         keep = np.flatnonzero(old.alive[: old.size])
-        new = _Arrays(self._words, max(1024, len(keep) * 5 // 4))
+        new = _Arrays(2 * self._words, max(1024, len(keep) * 5 // 4))
         n = len(keep)
         new.codes[:, :n] = old.codes[:, keep]
         new.ids[:n] = old.ids[keep]
@@ -239,7 +270,7 @@ class VectorIndex:
         new.grans[:n] = old.grans[keep]
         new.alive[:n] = True
         new.size = n
-        self._slots = {int(cid): slot for slot, cid in enumerate(new.ids[:n])}
+        self._live = n
         self._dead = 0
         self._arrays = new
         logger.debug("compacted the vector index to %d chunks", n)
@@ -253,77 +284,78 @@ class VectorIndex:
         async with self._write_lock:
             if self._arrays is not None:
                 return
-            ids: list[int] = []
-            codes: list[bytes] = []
-            kinds: list[str] = []
-            grans: list[str] = []
+            async with conn.execute("SELECT count(*) FROM vector_codes") as cursor:
+                total = int((await cursor.fetchone())[0])
+            # Rows arrive in batches straight into the arrays: no million-item Python lists.
+            arrays = _Arrays(2 * self._words, max(1024, total * 5 // 4))
             async with conn.execute(
                 "SELECT chunk_id, code, kind, granularity FROM vector_codes"
             ) as cursor:
                 while rows := await cursor.fetchmany(_LOAD_BATCH):
-                    for row in rows:
-                        ids.append(row[0])
-                        codes.append(row[1])
-                        kinds.append(row[2])
-                        grans.append(row[3])
-            await asyncio.to_thread(self._build, ids, codes, kinds, grans)
-            logger.info("loaded the vector index: %d chunks", len(ids))
+                    if arrays.size + len(rows) > arrays.capacity:
+                        arrays = arrays.grown(len(rows))  # rows committed since the count
+                    await asyncio.to_thread(self._fill, arrays, rows)
+            # Published last, whole: a search never sees a half-built mirror.
+            self._live = arrays.size
+            self._max_id = int(arrays.ids[: arrays.size].max(initial=-1))
+            self._dead = 0
+            self._arrays = arrays
+            logger.info("loaded the vector index: %d chunks", arrays.size)
 
-    def _build(
-        self, ids: list[int], codes: list[bytes], kinds: list[str], grans: list[str]
-    ) -> None:
+    def _fill(self, arrays: _Arrays, rows: Sequence[Any]) -> None:
         width = code_bytes(self.dimension)
-        matrix = np.frombuffer(b"".join(codes), dtype=np.uint8).reshape(len(ids), width)
-        arrays = _Arrays(self._words, max(1024, len(ids) * 5 // 4))
-        n = len(ids)
-        arrays.codes[:, :n] = matrix.view(np.uint64).T
-        arrays.ids[:n] = ids
-        arrays.kinds[:n] = [self._label(k) for k in kinds]
-        arrays.grans[:n] = [self._label(g) for g in grans]
-        arrays.alive[:n] = True
-        arrays.size = n
-        # Published last, whole: a search never sees a half-built mirror.
-        self._slots = {cid: slot for slot, cid in enumerate(ids)}
-        self._dead = 0
-        self._arrays = arrays
+        start, end = arrays.size, arrays.size + len(rows)
+        matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.uint8)
+        arrays.codes[:, start:end] = matrix.reshape(len(rows), width).view(np.uint64).T
+        arrays.ids[start:end] = [r[0] for r in rows]
+        arrays.kinds[start:end] = [self._label(r[2]) for r in rows]
+        arrays.grans[start:end] = [self._label(r[3]) for r in rows]
+        arrays.alive[start:end] = True
+        arrays.size = end
 
     # -- searching -----------------------------------------------------------------------------
 
     def use_for(self, kinds: Sequence[str], granularities: Sequence[str]) -> bool:
         """Whether the cascade should answer (the store is big enough, the mirror is loaded)."""
         del kinds, granularities  # both filters run inside the cascade
-        return self._arrays is not None and len(self._slots) >= self.tuning.exact_below
+        return self._arrays is not None and self._live >= self.tuning.exact_below
 
     def candidates(
         self, query: FloatArray, k: int, kinds: Sequence[str], granularities: Sequence[str]
     ) -> list[int]:
-        """Stages 1 and 2: the chunk ids to rescore exactly (blocking numpy; run in a thread)."""
+        """Stages 1-3: the chunk ids to rescore exactly (blocking numpy; run in a thread)."""
         a = self._arrays
         if a is None:
             return []
         n = a.size
         codes, ids, alive = a.codes, a.ids, a.alive
-        q = np.asarray(query, dtype=np.float32).reshape(-1)[: self.dimension]
-        qcode = encode(q, self.dimension).view(np.uint64).reshape(-1)
         # Fewer bits rank worse: the tuning was measured at 384 dimensions (MiniLM), so
         # smaller vectors keep proportionally more candidates.
-        live = len(self._slots) * max(1.0, 384 / self.dimension)
+        live = self._live * max(1.0, 384 / self.dimension)
         t = self.tuning
+        words = self._words
+        q = np.asarray(query, dtype=np.float32).reshape(-1)[: self.dimension]
+        qcode = encode(q, self.dimension).view(np.uint64).reshape(-1)[:words]
 
-        # Stage 1: Hamming distance over every row, one 64-bit word column at a time.
-        dist = np.bitwise_count(codes[0, :n] ^ qcode[0]).astype(np.uint16)
-        for w in range(1, self._words):
-            dist += np.bitwise_count(codes[w, :n] ^ qcode[w])
-        valid = alive[:n]
-        for values, column in ((kinds, a.kinds), (granularities, a.grans)):
-            if values:
-                labels = [self._vocab[v] for v in values if v in self._vocab]
-                valid = valid & np.isin(column[:n], labels)
-        eligible = int(np.count_nonzero(valid))
+        # Stage 1: Hamming distance over every row, one 64-bit word column at a time; big
+        # stores in two halves on two threads (numpy releases the GIL).
+        dist = np.empty(n, dtype=np.uint16)
+        halves = [(0, n)] if n < _SPLIT_ABOVE else [(0, n // 2), (n // 2, n)]
+        list(_pool().map(lambda r: _hamming(codes, qcode, words, dist, *r), halves))
+        sentinel = words * 64 + 1
+        filtered = bool(kinds or granularities)
+        if filtered or self._dead:
+            valid = alive[:n]
+            for values, column in ((kinds, a.kinds), (granularities, a.grans)):
+                if values:
+                    labels = [self._vocab[v] for v in values if v in self._vocab]
+                    valid = valid & np.isin(column[:n], labels)
+            eligible = int(np.count_nonzero(valid))
+            dist[~valid] = sentinel
+        else:
+            valid, eligible = alive[:n], n
         if eligible == 0:
             return []
-        sentinel = self._words * 64 + 1
-        dist[~valid] = sentinel
         keep1 = max(t.stage1_min, int(t.stage1_fraction * live))
         if eligible <= keep1:
             first = np.flatnonzero(valid)
@@ -333,32 +365,77 @@ class VectorIndex:
             cumulative = np.cumsum(np.bincount(dist, minlength=sentinel + 1))
             cut = int(np.searchsorted(cumulative, keep1))
             first = np.flatnonzero(dist <= cut)
-
-        # Stage 2: float query . candidate's +-1 code, summed per byte from lookup tables.
-        keep2 = max(t.stage2_min, t.stage2_per_k * k, int(t.stage2_fraction * live))
-        if len(first) <= keep2:
+        keep2 = max(t.stage2_min, t.per_k * k, int(t.stage2_fraction * live))
+        keep3 = max(t.stage3_min, t.per_k * k, int(t.stage3_fraction * live))
+        if len(first) <= keep3:
             return [int(i) for i in ids[first]]
-        padded = np.zeros(self._words * 64, dtype=np.float32)
+
+        # Lookup tables: table[j * 256 + byte] = sum of q over the bits set in byte j.
+        padded = np.zeros(words * 64, dtype=np.float32)
         padded[: self.dimension] = q
         tables = (_BYTE_BITS.astype(np.float32) @ padded.reshape(-1, 8).T).T.ravel()
-        cand_bytes = np.ascontiguousarray(codes[:, first].T).view(np.uint8)
-        offsets = np.arange(cand_bytes.shape[1], dtype=np.int32) * 256
-        score = np.take(tables, cand_bytes + offsets).sum(axis=1)
-        best = np.argpartition(-score, keep2 - 1)[:keep2]
+        offsets = np.arange(words * 8, dtype=np.int32) * 256
+
+        def lookup(planes: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:
+            out: npt.NDArray[np.float32] = np.take(tables, planes + offsets).sum(axis=1)
+            return out
+
+        # Stage 2: q . s, with s the +-1 signs (= 2 x lookup(signs) - sum(q); ranks alike).
+        signs = np.ascontiguousarray(codes[:words, first].T).view(np.uint8)
+        score = lookup(signs)
+        if len(first) > keep2:
+            best = np.argpartition(-score, keep2 - 1)[:keep2]
+            first, signs, score = first[best], signs[best], score[best]
+
+        # Stage 3: q . (s x (0.5 + m)), m the magnitude bit; up to constants that is
+        # lookup(s) + 2 lookup(s & m) - lookup(m).
+        mags = np.ascontiguousarray(codes[words:, first].T).view(np.uint8)
+        score = score + 2 * lookup(signs & mags) - lookup(mags)
+        best = np.argpartition(-score, keep3 - 1)[:keep3]
         return [int(i) for i in ids[first[best]]]
 
 
-_INDEXES: weakref.WeakKeyDictionary[Any, VectorIndex] = weakref.WeakKeyDictionary()
+_SPLIT_ABOVE = 200_000
+_POOL: ThreadPoolExecutor | None = None
 
 
-def attach(conn: Any, index: VectorIndex) -> None:
-    """Bind a store's connection to its index, so `readers.knn` and the writer can find it."""
-    _INDEXES[conn] = index
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(2, thread_name_prefix="recalld-vectors")
+    return _POOL
+
+
+def _hamming(
+    codes: npt.NDArray[np.uint64],
+    qcode: npt.NDArray[np.uint64],
+    words: int,
+    out: npt.NDArray[np.uint16],
+    start: int,
+    end: int,
+) -> None:
+    acc = out[start:end]
+    acc[:] = np.bitwise_count(codes[0, start:end] ^ qcode[0])
+    for w in range(1, words):
+        acc += np.bitwise_count(codes[w, start:end] ^ qcode[w])
+
+
+_READERS: weakref.WeakKeyDictionary[Any, VectorIndex] = weakref.WeakKeyDictionary()
+_WRITERS: weakref.WeakKeyDictionary[Any, VectorIndex] = weakref.WeakKeyDictionary()
+
+
+def attach(conn: Any, index: VectorIndex, *, writer: bool = False) -> None:
+    """Bind a store's connection to its index: readers search it, the writer stages on it.
+
+    The writer connection never searches through the index: loading takes the write lock,
+    which a search inside a write transaction already holds.
+    """
+    (_WRITERS if writer else _READERS)[conn] = index
 
 
 def index_of(conn: Any) -> VectorIndex | None:
-    """The index bound to `conn` (None for connections opened outside a `Store`)."""
-    return _INDEXES.get(conn)
+    """The index a reader connection searches (None for any other connection)."""
+    return _READERS.get(conn)
 
 
 async def insert(
@@ -382,7 +459,7 @@ async def insert(
         "INSERT OR REPLACE INTO vector_floats (chunk_id, embedding) VALUES (?, ?)",
         [(cid, np.ascontiguousarray(matrix[i]).tobytes()) for i, cid in enumerate(ids)],
     )
-    index = index_of(conn)
+    index = _WRITERS.get(conn)
     if index is not None:
         index.stage(("upsert", (ids, codes, [r[2] for r in rows], [r[3] for r in rows])))
 
@@ -394,7 +471,7 @@ async def delete(conn: Any, chunk_ids: Sequence[int]) -> None:
     params = [(int(cid),) for cid in chunk_ids]
     await conn.executemany("DELETE FROM vector_codes WHERE chunk_id = ?", params)
     await conn.executemany("DELETE FROM vector_floats WHERE chunk_id = ?", params)
-    index = index_of(conn)
+    index = _WRITERS.get(conn)
     if index is not None:
         index.stage(("delete", [p[0] for p in params]))
 
@@ -423,7 +500,7 @@ async def rebuild(conn: Any, dimension: int) -> int:
         await _insert_raw(conn, rows, dimension)
         total += len(rows)
         last = int(rows[-1][0])
-    index = index_of(conn)
+    index = _WRITERS.get(conn)
     if index is not None:
         index.stage(("reload", None))
     return total

@@ -1,0 +1,338 @@
+"""`check --repair`: restore the invariants `storage.check` verifies, losing no user data.
+
+What each broken invariant gets (issue 6):
+
+- chunk whose document is gone: a memory (kind `memory`) gets its document row back; other
+  chunks go, and their file is ingested again by the next reconcile;
+- vector whose chunk is gone: deleted;
+- chunk without a vector: re-embedded with the store's model, in batches;
+- FTS rows missing, extra or inconsistent: the index is rebuilt from the chunks (FTS5
+  `rebuild`);
+- wrong `chunk_count`: recounted;
+- vector cascade tables out of step: refilled from `chunks_vec`;
+- `partial` document: a memory or text source is completed in place; a file is listed in
+  `reingest`, and the caller ingests it again (or removes it if the file is gone);
+- `PRAGMA integrity_check` failures: `REINDEX`; whatever remains is reported, not guessed at;
+- model / dimension mismatch: reported only, as it needs every chunk re-embedded.
+
+Structural fixes run in one write transaction. Embedding runs between transactions, so a
+daemon keeps serving and ingesting while a large store is repaired; every batch re-checks in
+its own transaction that its chunks still exist and still lack a vector.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from recalld.errors import EmbeddingError, RecalldError
+from recalld.storage import check, vectors, writer
+from recalld.storage.store import Store
+
+logger = logging.getLogger(__name__)
+
+Embed = Callable[[Sequence[str]], Awaitable[npt.NDArray[np.float32]]]
+
+EMBED_BATCH = 256
+# Memories are stored under this prefix and the hash of their text (`Ingestor.remember`), so a
+# memory that lost its document row gets the same source back and stays deduplicated.
+MEMORY_PREFIX = "memory:"
+_FTS_PROBLEMS = frozenset({"chunks_without_fts", "orphan_fts_rows", "fts_parity", "fts_integrity"})
+
+
+@dataclass
+class RepairReport:
+    """What a repair did.
+
+    Attributes:
+        actions: `{"name", "count", "detail"}` for each kind of fix that changed something.
+        reingest: Sources of `partial` documents backed by files, for the caller to re-ingest.
+        unrepaired: `{"name", "detail"}` for problems repair cannot fix.
+    """
+
+    actions: list[dict[str, Any]] = field(default_factory=list)
+    reingest: list[str] = field(default_factory=list)
+    unrepaired: list[dict[str, str]] = field(default_factory=list)
+
+    def did(self, name: str, count: int, detail: str) -> None:
+        """Record a fix (nothing when `count` is 0)."""
+        if count:
+            logger.info("repair: %s: %d (%s)", name, count, detail)
+            self.actions.append({"name": name, "count": count, "detail": detail})
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready copy."""
+        return {
+            "actions": list(self.actions),
+            "reingest": list(self.reingest),
+            "unrepaired": list(self.unrepaired),
+        }
+
+
+async def _rows(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    async with conn.execute(sql, params) as cursor:
+        return list(await cursor.fetchall())
+
+
+async def _count(conn: Any, sql: str) -> int:
+    return int((await _rows(conn, sql))[0][0])
+
+
+def memory_source(text: str) -> str:
+    """The source `Ingestor.remember` gives a memory with this text."""
+    return MEMORY_PREFIX + hashlib.sha256(text.strip().encode()).hexdigest()[:16]
+
+
+async def _adopt_orphans(conn: Any, report: RepairReport) -> bool:
+    """Give orphan memories their document back; delete other orphan chunks.
+
+    Returns:
+        Whether chunks were deleted (their FTS rows went through the trigger).
+    """
+    rows = await _rows(
+        conn,
+        "SELECT c.id, c.document_id, c.kind, c.text, c.created_at FROM chunks c WHERE NOT EXISTS "
+        "(SELECT 1 FROM documents d WHERE d.id = c.document_id) ORDER BY c.document_id, c.id",
+    )
+    groups: dict[int, list[Any]] = {}
+    for row in rows:
+        groups.setdefault(int(row[1]), []).append(row)
+    doomed: list[int] = []
+    adopted = 0
+    for doc_id, chunks in groups.items():
+        first = chunks[0]
+        source = memory_source(str(first[3]))
+        taken = await _rows(conn, "SELECT 1 FROM documents WHERE source = ?", (source,))
+        if len(chunks) == 1 and first[2] == "memory" and not taken:
+            digest = hashlib.sha256(str(first[3]).strip().encode()).hexdigest()
+            await conn.execute(
+                "INSERT INTO documents (id, source, kind, format, content_hash, state, "
+                "chunk_count, created_at, updated_at) "
+                "VALUES (?, ?, 'memory', 'memory', ?, 'complete', 1, ?, ?)",
+                (doc_id, source, digest, first[4], first[4]),
+            )
+            adopted += 1
+        else:
+            # A file's chunks without their document: the reconcile finds the file unknown and
+            # ingests it again; a memory whose text is stored elsewhere is a duplicate.
+            doomed.extend(int(c[0]) for c in chunks)
+    await writer.delete_chunks(conn, doomed)
+    report.did("orphan_memories_restored", adopted, "memories given back their document row")
+    report.did("orphan_chunks_deleted", len(doomed), "chunks without a document deleted")
+    return bool(doomed)
+
+
+async def _structural(conn: Any, failed: set[str], report: RepairReport) -> None:
+    """Everything that needs no model, in the caller's write transaction."""
+    fts_broken = bool(failed & _FTS_PROBLEMS)
+    triggers: list[Any] = []
+    if fts_broken:
+        # A broken index cannot take the delete trigger's edits (FTS5 reports corruption when
+        # asked to remove what it does not hold), so the triggers are set aside while chunks
+        # are deleted, and the index is rebuilt from the chunks afterwards. DDL is
+        # transactional in SQLite: a failure restores them with everything else.
+        triggers = await _rows(
+            conn,
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'chunks' "
+            "AND sql LIKE '%chunks_fts%'",
+        )
+        for name, _ in triggers:
+            await conn.execute(f'DROP TRIGGER "{name}"')  # a name from the schema itself
+    orphans = await _rows(
+        conn,
+        "SELECT chunk_id FROM chunks_vec v WHERE NOT EXISTS "
+        "(SELECT 1 FROM chunks c WHERE c.id = v.chunk_id)",
+    )
+    ids = [int(r[0]) for r in orphans]
+    await conn.executemany("DELETE FROM chunks_vec WHERE chunk_id = ?", [(i,) for i in ids])
+    await vectors.delete(conn, ids)
+    report.did("orphan_vectors_deleted", len(ids), "vectors without a chunk deleted")
+    await _adopt_orphans(conn, report)
+    if fts_broken:
+        for _, sql in triggers:
+            await conn.execute(sql)
+        await conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')")
+        chunks = await _count(conn, "SELECT count(*) FROM chunks")
+        report.did("fts_rebuilt", max(chunks, 1), "full-text index rebuilt from the chunks")
+    cursor = await conn.execute(
+        "UPDATE documents SET chunk_count = "
+        "(SELECT count(*) FROM chunks c WHERE c.document_id = documents.id) "
+        "WHERE chunk_count != (SELECT count(*) FROM chunks c WHERE c.document_id = documents.id)"
+    )
+    report.did("chunk_counts_fixed", max(cursor.rowcount, 0), "document chunk counts recounted")
+    if "integrity_check" in failed:
+        # Rebuilds every index b-tree from its table: the usual cure for "missing from index".
+        await conn.execute("REINDEX")
+        report.did("reindexed", 1, "SQLite indexes rebuilt (REINDEX)")
+
+
+async def _missing_vectors(store: Store, after: int) -> list[Any]:
+    async def query(conn: Any) -> list[Any]:
+        return await _rows(
+            conn,
+            "SELECT c.id, c.text, c.kind, c.granularity FROM chunks c WHERE c.id > ? AND NOT "
+            "EXISTS (SELECT 1 FROM chunks_vec v WHERE v.chunk_id = c.id) ORDER BY c.id LIMIT ?",
+            (after, EMBED_BATCH),
+        )
+
+    return await store.read(query)
+
+
+async def _reembed(store: Store, embed: Embed, report: RepairReport) -> None:
+    """Embed chunks that lost their vector, one batch per transaction."""
+    total = 0
+    after = -1
+    while batch := await _missing_vectors(store, after):
+        after = int(batch[-1][0])
+        found = await embed([str(r[1]) for r in batch])
+        if found.shape != (len(batch), store.dimension):
+            raise EmbeddingError(
+                f"the model returned {found.shape} vectors for {len(batch)} chunks of "
+                f"{store.dimension} dims; is embed.model the store's model?"
+            )
+
+        async def insert(conn: Any, batch: list[Any] = batch, found: Any = found) -> int:
+            rows = []
+            for row, vector in zip(batch, found, strict=True):
+                # Re-checked inside the transaction: an ingest may have replaced the chunk.
+                still = await _rows(
+                    conn,
+                    "SELECT 1 FROM chunks c WHERE c.id = ? AND NOT EXISTS "
+                    "(SELECT 1 FROM chunks_vec v WHERE v.chunk_id = c.id)",
+                    (int(row[0]),),
+                )
+                if still:
+                    rows.append((int(row[0]), np.asarray(vector, np.float32), row[2], row[3]))
+            await conn.executemany(
+                "INSERT INTO chunks_vec (chunk_id, embedding, kind, granularity) "
+                "VALUES (?, ?, ?, ?)",
+                [(cid, v.tobytes(), kind, gran) for cid, v, kind, gran in rows],
+            )
+            await vectors.insert(conn, rows, store.dimension)
+            return len(rows)
+
+        total += await store.write(insert)
+    report.did("vectors_reembedded", total, "chunks re-embedded with the store's model")
+
+
+async def _finish(conn: Any, dimension: int, failed: set[str], report: RepairReport) -> None:
+    """Mirror tables and partial documents, once every chunk has its vector."""
+    if "vector_index" in failed:
+        # The repair's own deletes and inserts keep the mirror in step; this is for a mirror
+        # that was out of step before.
+        count = await vectors.rebuild(conn, dimension)
+        report.did("vector_index_rebuilt", max(count, 1), "vector index refilled from chunks_vec")
+    partial = await _rows(
+        conn,
+        "SELECT d.id, d.source, (SELECT count(*) FROM chunks c WHERE c.document_id = d.id AND "
+        "NOT EXISTS (SELECT 1 FROM chunks_vec v WHERE v.chunk_id = c.id)) "
+        "FROM documents d WHERE d.state = 'partial'",
+    )
+    completed = 0
+    for doc_id, source, unembedded in partial:
+        if os.path.isabs(str(source)):
+            report.reingest.append(str(source))
+        elif not unembedded:
+            # No file to read again: the chunks are all there is, and they are whole now.
+            await conn.execute(
+                "UPDATE documents SET state = 'complete', updated_at = ? WHERE id = ?",
+                (time.time(), int(doc_id)),
+            )
+            completed += 1
+    report.did("partial_completed", completed, "memories and texts marked complete in place")
+    report.did("partial_to_reingest", len(report.reingest), "file documents to ingest again")
+
+
+async def repair_store(store: Store, embed: Embed | None, failed: set[str]) -> RepairReport:
+    """Restore the invariants behind the `failed` check names (see `check.failed`).
+
+    Args:
+        store: The open store (the daemon's, or one opened offline).
+        embed: Embeds texts with the store's model; None: chunks without a vector stay so and
+            are reported.
+        failed: The checks that failed; structural checks are found again inside the repair's
+            own transaction, so a report a little out of date does no harm.
+
+    Returns:
+        What was done, the file documents to re-ingest, and what could not be repaired.
+    """
+    report = RepairReport()
+    if "model" in failed:
+        report.unrepaired.append(
+            {
+                "name": "model",
+                "detail": "the vector table does not match the stored model; every chunk must "
+                "be re-embedded: set embed.model back to the store's model",
+            }
+        )
+        return report
+    await store.write(lambda c: _structural(c, failed, report))
+    if embed is not None:
+        try:
+            await _reembed(store, embed, report)
+        except EmbeddingError as exc:
+            # What was re-embedded is committed; the rest waits for the model to answer.
+            report.unrepaired.append({"name": "chunks_without_vector", "detail": exc.message})
+    else:
+        missing = await store.read(
+            lambda c: _count(
+                c,
+                "SELECT count(*) FROM chunks c WHERE NOT EXISTS "
+                "(SELECT 1 FROM chunks_vec v WHERE v.chunk_id = c.id)",
+            )
+        )
+        if missing:
+            report.unrepaired.append(
+                {"name": "chunks_without_vector", "detail": "no embedding model to re-embed"}
+            )
+    await store.write(lambda c: _finish(c, store.dimension, failed, report))
+    return report
+
+
+async def check_and_repair(
+    store: Store,
+    embed: Embed | None,
+    ingest: Callable[[Path], Awaitable[object]],
+    forget: Callable[[str], Awaitable[object]],
+) -> dict[str, Any]:
+    """Check the store, repair what failed, re-ingest partial files, and check again.
+
+    Args:
+        store: The open store.
+        embed: Embeds texts with the store's model (see `repair_store`).
+        ingest: Ingests one file again (a partial document's).
+        forget: Removes a document by source (a partial document whose file is gone).
+
+    Returns:
+        The `check_store` report made after the repair, with `repair`: what was done
+        (`actions`, `reingest`, `unrepaired`) and `before`: `{"ok", "failed"}`.
+    """
+    before = await asyncio.to_thread(check.check_store, store.path)
+    problems = check.failed(before)
+    done = RepairReport()
+    if problems:
+        done = await repair_store(store, embed, problems)
+    for source in done.reingest:
+        path = Path(source)
+        try:
+            if await asyncio.to_thread(path.is_file):
+                await ingest(path)
+            else:
+                await forget(source)  # the file is gone: so is its document
+        except RecalldError as exc:
+            done.unrepaired.append({"name": "partial_documents", "detail": exc.message})
+    after = await asyncio.to_thread(check.check_store, store.path) if problems else before
+    return {
+        **after,
+        "repair": {**done.as_dict(), "before": {"ok": before["ok"], "failed": sorted(problems)}},
+    }
