@@ -117,7 +117,7 @@ def plot_scale(report: dict[str, Any], out: Path) -> Path:
     ax.grid(which="both", alpha=0.3)
     ax.legend(fontsize=7, loc="upper left")
 
-    labels = [f"{c // 1000}k" for c in chunks]
+    labels = [f"{c / 1e6:g}M" if c >= 1_000_000 else f"{c / 1000:g}k" for c in chunks]
     recall = [s["recall@10"] for s in sizes]
     bars = side.bar(labels, recall, color="tab:blue", alpha=0.8)
     side.bar_label(bars, fmt="%.3f", fontsize=8)

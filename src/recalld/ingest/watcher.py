@@ -73,6 +73,7 @@ IGNORED_FILES = (
 _IGNORED_FILES_RE = re.compile("|".join(fnmatch.translate(p) for p in IGNORED_FILES))
 
 RESTART_MAX_S = 30.0  # the longest wait before a failed watcher is started again
+RESCAN_AFTER_S = 1.0  # time for a restarted watcher to set up before the folders are rescanned
 
 # What each source kind takes in; `auto` lets the chunkers pick by extension and shape.
 SOURCE_KINDS = ("auto", "documents", "code", "conversations")
@@ -240,7 +241,12 @@ class Watcher:
             await stop.wait()
             return
         failures = 0
+        rescan: asyncio.TimerHandle | None = None
         while not stop.is_set():
+            if failures:
+                # Once the new watcher is in place, rescan: what changed while none ran, and
+                # what the failure swallowed, is found by the scan; later changes by the watcher.
+                rescan = asyncio.get_running_loop().call_later(RESCAN_AFTER_S, self._rescan)
             started = time.monotonic()
             try:
                 await self._watch(stop)
@@ -253,11 +259,17 @@ class Watcher:
                     len(self.roots),
                     exc_info=failures == 1,
                 )
-            for root in self.roots:
-                self.sink(root, False)
+            finally:
+                if rescan is not None:
+                    rescan.cancel()
+                    rescan = None
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(RESTART_MAX_S, 0.5 * 2 ** min(failures, 8))):
                     await stop.wait()
+
+    def _rescan(self) -> None:
+        for root in self.roots:
+            self.sink(root, False)  # a folder reported changed is reconciled by the scheduler
 
     async def _watch(self, stop: asyncio.Event) -> None:
         logger.info("watching %d folders", len(self.roots))

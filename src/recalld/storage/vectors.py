@@ -487,19 +487,13 @@ async def rebuild(conn: Any, dimension: int) -> int:
     await conn.execute("DELETE FROM vector_codes")
     await conn.execute("DELETE FROM vector_floats")
     total = 0
-    last = -1
-    while True:
-        async with conn.execute(
-            "SELECT chunk_id, embedding, kind, granularity FROM chunks_vec WHERE chunk_id > ? "
-            "ORDER BY chunk_id LIMIT ?",
-            (last, _LOAD_BATCH),
-        ) as cursor:
-            rows = list(await cursor.fetchall())
-        if not rows:
-            break
-        await _insert_raw(conn, rows, dimension)
-        total += len(rows)
-        last = int(rows[-1][0])
+    # One pass over chunks_vec: vec0 cannot seek by rowid range, so paging would rescan it.
+    async with conn.execute(
+        "SELECT chunk_id, embedding, kind, granularity FROM chunks_vec"
+    ) as cursor:
+        while rows := list(await cursor.fetchmany(_LOAD_BATCH)):
+            await _insert_raw(conn, rows, dimension)
+            total += len(rows)
     index = _WRITERS.get(conn)
     if index is not None:
         index.stage(("reload", None))
@@ -531,15 +525,8 @@ def backfill(conn: Any) -> int:
         return 0
     dimension = int(meta["dimension"])
     total = 0
-    last = -1
-    while True:
-        rows = conn.execute(
-            "SELECT chunk_id, embedding, kind, granularity FROM chunks_vec WHERE chunk_id > ? "
-            "ORDER BY chunk_id LIMIT ?",
-            (last, _LOAD_BATCH),
-        ).fetchall()
-        if not rows:
-            break
+    cursor = conn.execute("SELECT chunk_id, embedding, kind, granularity FROM chunks_vec")
+    while rows := cursor.fetchmany(_LOAD_BATCH):
         matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
         codes = encode(matrix.reshape(-1, dimension), dimension)
         conn.executemany(
@@ -551,7 +538,6 @@ def backfill(conn: Any) -> int:
             [(r[0], r[1]) for r in rows],
         )
         total += len(rows)
-        last = int(rows[-1][0])
     return total
 
 
