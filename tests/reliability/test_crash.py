@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 SEED = 20240606
 FILES = 300
 TRIALS = 12
-CHANGED_PER_TRIAL = 60
+CHANGED_PER_TRIAL = 80
 
 
 def body(token: str, paragraphs: int) -> str:
@@ -132,6 +132,24 @@ class Searcher(threading.Thread):
             self.violations.append(f"{partial} partial documents visible to a reader")
 
 
+def wait_for_files(daemon: Daemon, count: int, limit: float = 20) -> int:
+    """Poll until this run of the daemon has handled `count` files; return how many it has."""
+    deadline = time.monotonic() + limit
+    with Client(daemon.socket, timeout=1) as client:
+        while time.monotonic() < deadline:
+            try:
+                done = client.status()["ingested"]
+            except DaemonError:
+                client.close()  # not serving yet
+                time.sleep(0.02)
+                continue
+            handled = int(done["ingested"] + done["deleted"] + done["unchanged"])
+            if handled >= count:
+                return handled
+            time.sleep(0.01)
+    return -1
+
+
 def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
     make_daemon: Callable[..., Daemon], tmp_path: Path
 ) -> None:
@@ -147,26 +165,33 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
     searcher = Searcher(daemon, corpus, SEED + 1)
     searcher.start()
     moments: list[str] = []
+    mid_ingest = 0
     started = time.monotonic()
     try:
         for trial in range(TRIALS):
             if trial:
                 corpus.mutate(CHANGED_PER_TRIAL)
             proc = daemon.start()
-            # Anywhere from start-up (imports, migrations, reconcile) to the end of the ingest.
-            delay = rng.uniform(0.2, 2.5)
-            time.sleep(delay)
-            documents = "?"
+            if trial % 2 == 0:
+                # Anywhere from start-up (imports, migrations, reconcile) into the ingest.
+                moment = f"{rng.uniform(0.1, 1.5):.2f}s"
+                time.sleep(float(moment[:-1]))
+            else:
+                # Part-way through this run's ingest: after a random number of files.
+                target = rng.randint(1, CHANGED_PER_TRIAL - 1)
+                moment = f"after {wait_for_files(daemon, target)} files"
+            state = "not serving yet"
             try:
                 with Client(daemon.socket, timeout=1) as probe:
                     status = probe.status()
-                documents = f"{status['counts']['documents']} docs, {status['pending']} pending"
+                state = f"{status['counts']['documents']} docs, {status['pending']} pending"
+                mid_ingest += status["pending"] > 0
             except DaemonError:
-                documents = "not serving yet"
+                mid_ingest += 1
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(10)
             daemon.proc = None
-            moments.append(f"{delay:.2f}s ({documents})")
+            moments.append(f"{moment} ({state})")
             # The store exactly as the crash left it: every invariant holds.
             db = daemon.home / "data" / "recalld.db"
             if db.exists():
@@ -183,7 +208,8 @@ def test_sigkill_at_random_moments_loses_and_duplicates_nothing(
         searcher.join(10)
     elapsed = time.monotonic() - started
     print(
-        f"\n{TRIALS} SIGKILL trials in {elapsed:.1f} s at: {', '.join(moments)}\n"
+        f"\n{TRIALS} SIGKILL trials in {elapsed:.1f} s, {mid_ingest} while starting or "
+        f"ingesting, at: {', '.join(moments)}\n"
         f"searches during the runs: {searcher.searches} ({searcher.complete_hits} found a "
         f"whole version), partial versions seen: {len(searcher.violations)}"
     )

@@ -319,3 +319,31 @@ async def test_startup_reingests_partial_files_and_keeps_partial_memories(
             assert hits[0]["text"] == MEMORY
     finally:
         assert await stop(server, task) == 0
+
+
+def test_model_mismatch_is_found_and_left_alone(
+    isolated_home: Path, notes: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    settings = settings_for(isolated_home)
+
+    async def build() -> None:
+        async with await AsyncMemory.open(settings) as memory:
+            await fill(memory, notes)
+
+    asyncio.run(build())
+    vectors_before = rows(settings.store_path, "SELECT count(*) FROM chunks_vec")
+    conn = connect(settings.store_path)
+    try:
+        conn.execute("UPDATE meta SET value = '32' WHERE key = 'dimension'")
+    finally:
+        conn.close()
+    report = check_store(settings.store_path)
+    assert failed(report) == {"model"}
+    [model] = [c for c in report["checks"] if c["name"] == "model"]
+    assert "32 dims" in model["detail"] and "64-dim" in model["detail"]
+    # Repair re-embeds nothing behind the user's back: it refuses, saying what is wrong.
+    with pytest.raises(SystemExit) as exited:
+        main(["check", "--offline", "--repair", "--set", "embed.model=hash:64"])
+    assert exited.value.code == 1
+    assert "embedded with hash-64 (32 dims)" in capsys.readouterr().err
+    assert rows(settings.store_path, "SELECT count(*) FROM chunks_vec") == vectors_before

@@ -93,12 +93,8 @@ def memory_source(text: str) -> str:
     return MEMORY_PREFIX + hashlib.sha256(text.strip().encode()).hexdigest()[:16]
 
 
-async def _adopt_orphans(conn: Any, report: RepairReport) -> bool:
-    """Give orphan memories their document back; delete other orphan chunks.
-
-    Returns:
-        Whether chunks were deleted (their FTS rows went through the trigger).
-    """
+async def _adopt_orphans(conn: Any, report: RepairReport) -> None:
+    """Give orphan memories their document back; delete other orphan chunks."""
     rows = await _rows(
         conn,
         "SELECT c.id, c.document_id, c.kind, c.text, c.created_at FROM chunks c WHERE NOT EXISTS "
@@ -112,8 +108,10 @@ async def _adopt_orphans(conn: Any, report: RepairReport) -> bool:
     for doc_id, chunks in groups.items():
         first = chunks[0]
         source = memory_source(str(first[3]))
-        taken = await _rows(conn, "SELECT 1 FROM documents WHERE source = ?", (source,))
-        if len(chunks) == 1 and first[2] == "memory" and not taken:
+        lone_memory = len(chunks) == 1 and first[2] == "memory"
+        if lone_memory and not await _rows(
+            conn, "SELECT 1 FROM documents WHERE source = ?", (source,)
+        ):
             digest = hashlib.sha256(str(first[3]).strip().encode()).hexdigest()
             await conn.execute(
                 "INSERT INTO documents (id, source, kind, format, content_hash, state, "
@@ -129,7 +127,6 @@ async def _adopt_orphans(conn: Any, report: RepairReport) -> bool:
     await writer.delete_chunks(conn, doomed)
     report.did("orphan_memories_restored", adopted, "memories given back their document row")
     report.did("orphan_chunks_deleted", len(doomed), "chunks without a document deleted")
-    return bool(doomed)
 
 
 async def _structural(conn: Any, failed: set[str], report: RepairReport) -> None:
