@@ -347,3 +347,22 @@ def test_model_mismatch_is_found_and_left_alone(
     assert exited.value.code == 1
     assert "embedded with hash-64 (32 dims)" in capsys.readouterr().err
     assert rows(settings.store_path, "SELECT count(*) FROM chunks_vec") == vectors_before
+
+
+def test_a_store_killed_during_its_first_start_checks_clean(tmp_path: Path) -> None:
+    """A first start can die before the schema exists, or before the model's vector table
+    does; neither is damage, and the next start finishes the job."""
+    from recalld.storage import schema
+
+    path = tmp_path / "new.db"
+    connect(path).close()  # the file, nothing in it
+    report = check_store(path)
+    assert report["ok"] and [c["name"] for c in report["checks"]] == ["schema"]
+    conn = connect(path)
+    try:
+        schema.migrate(conn)  # tables, but no model stamped and no vector table
+    finally:
+        conn.close()
+    report = check_store(path)
+    assert report["ok"], report
+    assert report["counts"] == {"documents": 0, "chunks": 0, "vectors": 0, "fts_rows": 0}

@@ -382,7 +382,7 @@ class OpenAIEmbedder:
                 raise EmbeddingError(
                     f"{where} returned a {len(row)}-dimensional vector where {want} were "
                     "expected; check embed.dimensions and embed.model (a store embedded with "
-                    "another model needs `recalld reindex`)",
+                    "another model must be re-embedded from its sources)",
                     data={"expected": want, "got": len(row)},
                 )
         matrix = np.stack(vectors)

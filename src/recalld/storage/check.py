@@ -164,18 +164,25 @@ def check_store(path: Path) -> dict[str, Any]:
     except DatabaseError as exc:
         raise StoreError(f"cannot open store {path}: {exc}") from exc
     try:
-        if not table_exists(conn, "chunks_vec"):
-            raise StoreError(
-                f"{path} has no vector table yet; start `recalld serve` once to finish creating it",
-                data={"path": str(path)},
-            )
+        if not table_exists(conn, "documents"):
+            # Created and never migrated (a first start that was killed): nothing to violate.
+            counts = dict.fromkeys(("documents", "chunks", "vectors", "fts_rows"), 0)
+            checks = [_result("schema", 0, "an empty store; `recalld serve` creates its tables")]
+            return _report(path, counts, checks, started)
+        # A first start killed before the model was stamped leaves no vector table yet.
+        has_vectors = table_exists(conn, "chunks_vec")
         counts = {
             "documents": _scalar(conn, "SELECT count(*) FROM documents"),
             "chunks": _scalar(conn, "SELECT count(*) FROM chunks"),
-            "vectors": _scalar(conn, "SELECT count(*) FROM chunks_vec"),
+            "vectors": _scalar(conn, "SELECT count(*) FROM chunks_vec") if has_vectors else 0,
             "fts_rows": _scalar(conn, "SELECT count(*) FROM chunks_fts_docsize"),
         }
-        checks = [_result(name, _scalar(conn, sql), detail) for name, sql, detail in ZERO_CHECKS]
+        checks = []
+        for name, sql, detail in ZERO_CHECKS:
+            if has_vectors or "chunks_vec" not in sql:
+                checks.append(_result(name, _scalar(conn, sql), detail))
+            elif name == "chunks_without_vector":
+                checks.append(_result(name, counts["chunks"], detail))
         checks.append(
             _result(
                 "fts_parity",
@@ -190,7 +197,7 @@ def check_store(path: Path) -> dict[str, Any]:
                 "difference between vectors and chunks",
             )
         )
-        mirrors = [t for t in MIRROR_TABLES if table_exists(conn, t)]
+        mirrors = [t for t in MIRROR_TABLES if table_exists(conn, t)] if has_vectors else []
         if mirrors:
             gap = sum(_scalar(conn, _MIRROR_GAP.format(table=t)) for t in mirrors)
             checks.append(
@@ -207,6 +214,12 @@ def check_store(path: Path) -> dict[str, Any]:
         raise StoreError(f"cannot check store {path}: {exc}") from exc
     finally:
         conn.close()
+    return _report(path, counts, checks, started)
+
+
+def _report(
+    path: Path, counts: dict[str, int], checks: list[dict[str, Any]], started: float
+) -> dict[str, Any]:
     return {
         "ok": all(c["ok"] for c in checks),
         "path": str(path),

@@ -45,7 +45,8 @@ def _prepare(path: Path, model_id: str, dimension: int) -> None:
             raise ModelMismatchError(
                 f"{path} was embedded with {stored['model_id']} ({stored['dimension']} dims) "
                 f"but recalld is configured for {model_id} ({dimension} dims); set "
-                f"embed.model back, or re-embed the store with `recalld reindex`",
+                "embed.model back, or re-embed: move the store file aside and let recalld "
+                "ingest your sources again (online `reindex` is not built yet)",
                 data={
                     "stored_model": stored["model_id"],
                     "stored_dimension": int(stored["dimension"]),
