@@ -37,7 +37,7 @@ async def test_newer_schema_is_refused(tmp_path: Path):
 async def test_other_model_is_refused_with_a_hint(tmp_path: Path):
     path = tmp_path / "s.db"
     await (await Store.open(path, model_id="hash-64", dimension=64)).close()
-    with pytest.raises(ModelMismatchError, match="set embed.model back, or re-embed") as info:
+    with pytest.raises(ModelMismatchError, match=r"set embed\.model back, or re-embed") as info:
         await Store.open(path, model_id="other", dimension=64)
     assert info.value.data["stored_model"] == "hash-64"
     with pytest.raises(ModelMismatchError):
