@@ -5,14 +5,16 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from recalld.bench import common
 
 RESULTS = Path("bench-results")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _overrides(pairs: tuple[str, ...]) -> dict[str, str]:
@@ -62,6 +64,17 @@ PLOT_OPTION = click.option(
 )
 
 
+def REPORT_OPTIONS(command: F) -> F:
+    """The options every benchmark shares: `--set`, `--results`, `--json`."""
+    command = click.option("--json", "as_json", is_flag=True)(command)
+    command = click.option(
+        "--results", type=click.Path(path_type=Path), default=RESULTS, show_default=True
+    )(command)
+    return click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any setting.")(
+        command
+    )
+
+
 def _workdir(store_dir: Path | None) -> Path:
     if store_dir is not None:
         store_dir.mkdir(parents=True, exist_ok=True)
@@ -93,9 +106,7 @@ def main() -> None:
     help="Keep the store here and reuse it on the next run (unchanged documents "
     "are skipped by hash).",
 )
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any setting.")
-@click.option("--results", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@REPORT_OPTIONS
 @PLOT_OPTION
 def beir(
     folder: Path,
@@ -154,9 +165,7 @@ def beir(
     default=None,
     help="Keep each conversation's store here and reuse it on the next run.",
 )
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any setting.")
-@click.option("--results", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@REPORT_OPTIONS
 @PLOT_OPTION
 def locomo(
     file: Path,
@@ -233,9 +242,7 @@ def _sizes(value: str) -> list[int]:
     default=None,
     help="Keep the synthetic stores here and reuse them on the next run.",
 )
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any setting.")
-@click.option("--results", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@REPORT_OPTIONS
 @PLOT_OPTION
 def scale(
     sizes: str,
@@ -308,9 +315,7 @@ def scale(
     default=None,
     help="Where to put the store (emptied first: ingest is timed from scratch).",
 )
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any setting.")
-@click.option("--results", type=click.Path(path_type=Path), default=RESULTS, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@REPORT_OPTIONS
 def ingest(
     folder: Path, store_dir: Path | None, sets: tuple[str, ...], results: Path, as_json: bool
 ) -> None:
