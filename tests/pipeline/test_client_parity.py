@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import re
+
+import pytest
 
 from recalld.client import AsyncClient, Client
+from recalld.client.base import METHODS as CLIENT_METHODS
+from recalld.daemon.methods import METHODS as DAEMON_METHODS
 from tests.pipeline.conftest import Running
 
 
@@ -24,6 +29,22 @@ def test_same_methods_and_signatures() -> None:
     for name in sync:
         assert sync[name] == aio[name], name
         assert inspect.iscoroutinefunction(getattr(AsyncClient, name)), name
+
+
+def test_every_socket_method_has_a_client_method() -> None:
+    """A method added to the daemon without a client method (or the other way) fails here."""
+    assert sorted(CLIENT_METHODS) == sorted(DAEMON_METHODS)
+    wrapped = set(CLIENT_METHODS.values())
+    for cls in (Client, AsyncClient):
+        assert sorted(wrapped) == sorted(public_methods(cls).keys() - {"call", "close"}), cls
+
+
+@pytest.mark.parametrize("rpc", sorted(CLIENT_METHODS))
+def test_client_method_calls_its_socket_method(rpc: str) -> None:
+    """Each client method sends the socket method the table says (checked in its source)."""
+    for cls in (Client, AsyncClient):
+        source = inspect.getsource(getattr(cls, CLIENT_METHODS[rpc]))
+        assert re.search(rf'self\.call\(\s*"{re.escape(rpc)}"', source), (cls, rpc)
 
 
 async def test_same_answers(daemon: Running) -> None:

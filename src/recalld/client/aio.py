@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -16,6 +16,7 @@ from recalld.client.base import (
     ProgressCallback,
     absolute,
     error_from_object,
+    export_sink,
     forget_params,
     not_running,
     remember_params,
@@ -233,4 +234,35 @@ class AsyncClient:
     async def config_show(self) -> dict[str, Any]:
         """The daemon's effective settings and their sources."""
         result: dict[str, Any] = await self.call("config/show")
+        return result
+
+    async def export(
+        self,
+        write: Callable[[str], object],
+        *,
+        vectors: bool = False,
+        on_progress: ProgressCallback | None = None,
+    ) -> dict[str, Any]:
+        """Stream the store as JSONL to `write` (e.g. a text file's `write`), batch by batch.
+
+        Returns:
+            `{"lines", "counts", "skipped_partial"}`: what was written.
+        """
+        result: dict[str, Any] = await self.call(
+            "export", {"vectors": vectors}, on_progress=export_sink(write, on_progress)
+        )
+        return result
+
+    async def import_file(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        replace: bool = False,
+        on_progress: ProgressCallback | None = None,
+    ) -> dict[str, Any]:
+        """Import an export file (the daemon reads it); `replace` overwrites documents whose
+        stored content differs from the file's."""
+        result: dict[str, Any] = await self.call(
+            "import", {"path": absolute(path), "replace": replace}, on_progress=on_progress
+        )
         return result

@@ -20,6 +20,25 @@ from recalld.errors import (
 
 DEFAULT_TIMEOUT = 120.0
 
+# Every socket method and the client method that calls it, in `Client` and `AsyncClient` alike
+# (tests/pipeline/test_client_parity.py holds this against the daemon's method table).
+METHODS = {
+    "search": "search",
+    "get": "get",
+    "remember": "remember",
+    "forget": "forget",
+    "ingest": "ingest",
+    "sources/list": "sources_list",
+    "sources/add": "sources_add",
+    "sources/remove": "sources_remove",
+    "status": "status",
+    "errors/list": "errors",
+    "admin/check": "check",
+    "config/show": "config_show",
+    "export": "export",
+    "import": "import_file",
+}
+
 ProgressCallback = Callable[[dict[str, Any]], object]
 
 _PROTOCOL_CODES = frozenset(
@@ -116,3 +135,18 @@ def forget_params(source: str | None, chunk_id: int | None) -> dict[str, Any]:
     if os.path.exists(source):
         source = absolute(source)
     return {"source": source}
+
+
+def export_sink(
+    write: Callable[[str], object], on_progress: ProgressCallback | None
+) -> ProgressCallback:
+    """The progress callback of `export`: lines go to `write`, the rest to `on_progress`."""
+
+    def sink(params: dict[str, Any]) -> None:
+        lines = params.get("lines")
+        if isinstance(lines, str):
+            write(lines)
+        if on_progress is not None:
+            on_progress({k: v for k, v in params.items() if k != "lines"})
+
+    return sink

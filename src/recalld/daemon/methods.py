@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from recalld import __version__, protocol
 from recalld.config import LoadedSettings, settings_as_dict
+from recalld.daemon import transfer
 from recalld.daemon.params import InvalidParams, Params
 from recalld.daemon.sources import SourceRegistry, source_dict
 from recalld.errors import NotFoundError, RecalldError
@@ -329,6 +330,8 @@ METHODS: dict[str, Method] = {
     "errors/list": errors_list,
     "admin/check": admin_check,
     "config/show": config_show,
+    "export": transfer.export,
+    "import": transfer.import_,
 }
 
 

@@ -153,16 +153,7 @@ async def replace_document(conn: Any, doc: NewDocument, chunks: Sequence[NewChun
             embedded.append((chunk_id, chunk.vector, draft.kind, draft.granularity))
         if draft.parent_key is not None:
             parents.append((chunk_id, draft.parent_key))
-    # One executemany per table rather than a statement per chunk (issue 7: bulk ingest).
-    await conn.executemany(
-        "INSERT INTO chunks_vec (chunk_id, embedding, kind, granularity) VALUES (?, ?, ?, ?)",
-        [
-            (cid, np.ascontiguousarray(vector, dtype=np.float32).tobytes(), kind, granularity)
-            for cid, vector, kind, granularity in embedded
-        ],
-    )
-    dimension = embedded[0][1].shape[-1] if embedded else 0
-    await vectors.insert(conn, embedded, dimension)
+    await insert_vectors(conn, embedded)
     # Parents may come after their children in the list, so link them in a second pass.
     await conn.executemany(
         "UPDATE chunks SET parent_id = ? WHERE id = ?",
@@ -173,6 +164,23 @@ async def replace_document(conn: Any, doc: NewDocument, chunks: Sequence[NewChun
         (len(chunks), now, doc_id),
     )
     return doc_id
+
+
+async def insert_vectors(
+    conn: Any, rows: Sequence[tuple[int, npt.NDArray[np.float32], str, str]]
+) -> None:
+    """Store the vectors of new chunks `(chunk_id, vector, kind, granularity)` in the caller's
+    transaction: the sqlite-vec table and the cascade's codes and float copies."""
+    # One executemany per table rather than a statement per chunk (issue 7: bulk ingest).
+    await conn.executemany(
+        "INSERT INTO chunks_vec (chunk_id, embedding, kind, granularity) VALUES (?, ?, ?, ?)",
+        [
+            (cid, np.ascontiguousarray(vector, dtype=np.float32).tobytes(), kind, granularity)
+            for cid, vector, kind, granularity in rows
+        ],
+    )
+    dimension = rows[0][1].shape[-1] if rows else 0
+    await vectors.insert(conn, rows, dimension)
 
 
 async def delete_chunks(conn: Any, chunk_ids: Iterable[int]) -> None:

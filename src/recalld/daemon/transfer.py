@@ -1,0 +1,79 @@
+"""The `export` and `import` methods: the store as JSONL, streamed out or read back in.
+
+`export` runs the blocking exporter (`storage.exporter`) batch by batch in a worker thread and
+sends each batch of lines to the client as a `progress` notification (`{"lines": "…\\n…\\n"}`),
+so neither side ever holds the whole export. `import` reads a file the daemon can open (the
+clients send an absolute path) and writes through the store's single writer, one transaction
+per document (`storage.importer`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from recalld import __version__
+from recalld.daemon.params import InvalidParams, Params
+from recalld.storage import exporter, importer
+
+if TYPE_CHECKING:
+    from recalld.daemon.methods import Context
+
+logger = logging.getLogger(__name__)
+
+Progress = Callable[[dict[str, Any]], Awaitable[None]]
+
+# Lines per notification are capped by size, far below the protocol's 8 MiB line limit.
+BATCH_BYTES = 512 * 1024
+
+
+def _take(lines: Iterator[str], limit: int = BATCH_BYTES) -> list[str]:
+    """The next lines of the export, up to about `limit` bytes (blocking)."""
+    batch: list[str] = []
+    size = 0
+    for line in lines:
+        batch.append(line)
+        size += len(line) + 1
+        if size >= limit:
+            break
+    return batch
+
+
+async def export(ctx: Context, params: Params, progress: Progress) -> Any:
+    """Stream the store as JSONL lines in `progress` notifications; returns the footer."""
+    vectors = params.boolean("vectors", False)
+    params.done()
+    lines = exporter.export_lines(
+        ctx.memory.store.path, vectors=vectors, recalld_version=__version__
+    )
+    sent = 0
+    last = ""
+    try:
+        while batch := await asyncio.to_thread(_take, lines):
+            sent += len(batch)
+            last = batch[-1]
+            await progress({"lines": "\n".join(batch) + "\n", "sent": sent})
+    finally:
+        await asyncio.to_thread(lines.close)
+    footer = json.loads(last)
+    return {"lines": sent, "counts": footer["counts"], "skipped_partial": footer["skipped_partial"]}
+
+
+async def import_(ctx: Context, params: Params, progress: Progress) -> Any:
+    """Import an export file the daemon can read; see `storage.importer`."""
+    path = Path(params.string("path"))
+    if not path.is_absolute():
+        raise InvalidParams(
+            "param 'path' must be an absolute path (the daemon has its own working directory)",
+            "path",
+        )
+    replace = params.boolean("replace", False)
+    params.done()
+    memory = ctx.memory
+    return await importer.import_file(
+        memory.store, path, memory.ingestor.embed, replace=replace, progress=progress
+    )

@@ -1,0 +1,132 @@
+"""Export a store as JSONL (`storage.portable` describes the format), line by line.
+
+`export_lines` is a blocking generator over its own read-only connection, inside one read
+transaction: the export is one consistent snapshot (WAL) even while the daemon keeps ingesting,
+and rows are streamed, never collected. The daemon pulls it batch by batch in a worker thread;
+the offline CLI iterates it directly.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from recalld.errors import SchemaTooNewError, StoreError
+from recalld.storage import portable
+from recalld.storage.connection import DatabaseError, connect
+from recalld.storage.schema import SCHEMA_VERSION, schema_version
+
+logger = logging.getLogger(__name__)
+
+_FETCH = 500
+
+
+def _dumps(message: dict[str, Any]) -> str:
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _row(table: portable.Table, row: Any) -> dict[str, Any]:
+    return {c: portable.encode_value(row[i]) for i, c in enumerate(table.columns)}
+
+
+def _select(table: portable.Table, alias: str) -> str:
+    return ", ".join(f'{alias}."{c}"' for c in table.columns)
+
+
+def export_lines(path: Path, *, vectors: bool, recalld_version: str) -> Iterator[str]:
+    """The store at `path` as export lines (without newlines): header, rows, footer.
+
+    Args:
+        path: The store file.
+        vectors: Include each chunk's vector (base64 float32).
+        recalld_version: Stamped in the header.
+
+    Raises:
+        StoreError: No store at `path`, or it cannot be read.
+        SchemaTooNewError: The store comes from a newer recalld.
+    """
+    if not path.exists():
+        raise StoreError(
+            f"no store at {path}; nothing to export", data={"path": str(path), "reason": "missing"}
+        )
+    conn = connect(path, readonly=True)
+    try:
+        conn.execute("BEGIN")  # one snapshot for the whole export
+        yield from _lines(conn, vectors, recalld_version)
+        conn.execute("COMMIT")
+    except DatabaseError as exc:
+        raise StoreError(f"cannot export {path}: {exc}", data={"path": str(path)}) from exc
+    finally:
+        conn.close()
+
+
+def _lines(conn: Any, vectors: bool, recalld_version: str) -> Iterator[str]:
+    version = schema_version(conn)
+    if version > SCHEMA_VERSION:
+        raise SchemaTooNewError(
+            f"this store has schema version {version}, newer than this recalld understands "
+            f"({SCHEMA_VERSION}); export it with the recalld that wrote it",
+            data={"found": version, "supported": SCHEMA_VERSION},
+        )
+    meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
+    tables = portable.discover(conn)
+    by_name = {t.name: t for t in tables}
+    yield _dumps(
+        {
+            "type": portable.HEADER,
+            "format": portable.FORMAT,
+            "format_version": portable.FORMAT_VERSION,
+            "recalld_version": recalld_version,
+            "schema_version": version,
+            "model_id": meta.get("model_id"),
+            "dimension": int(meta["dimension"]) if "dimension" in meta else None,
+            "vectors": vectors,
+            "exported_at": time.time(),
+            "tables": {t.name: list(t.columns) for t in tables},
+        }
+    )
+    counts = {t.name: 0 for t in tables}
+    yield from _documents(conn, by_name, vectors, counts)
+    for table in tables:
+        if table.name in (portable.DOCUMENTS, portable.CHUNKS):
+            continue
+        cursor = conn.execute(f'SELECT {_select(table, "t")} FROM "{table.name}" t')
+        while rows := cursor.fetchmany(_FETCH):
+            for row in rows:
+                yield _dumps({"type": table.name, "row": _row(table, row)})
+            counts[table.name] += len(rows)
+    skipped = conn.execute("SELECT count(*) FROM documents WHERE state != 'complete'").fetchone()
+    logger.info("exported %s", counts)
+    yield _dumps({"type": portable.FOOTER, "counts": counts, "skipped_partial": int(skipped[0])})
+
+
+def _documents(
+    conn: Any, tables: dict[str, portable.Table], vectors: bool, counts: dict[str, int]
+) -> Iterator[str]:
+    """Each complete document, followed by its chunks (and their vectors when asked)."""
+    docs, chunks = tables[portable.DOCUMENTS], tables[portable.CHUNKS]
+    # Partial documents are half-written by a crash; `check --repair` completes them.
+    doc_cursor = conn.execute(
+        f'SELECT {_select(docs, "d")} FROM documents d WHERE d.state = \'complete\' ORDER BY d.id'
+    )
+    vector_sql = ", f.embedding" if vectors else ""
+    vector_join = "LEFT JOIN vector_floats f ON f.chunk_id = c.id" if vectors else ""
+    chunk_sql = (
+        f"SELECT {_select(chunks, 'c')}{vector_sql} FROM chunks c {vector_join} "
+        "WHERE c.document_id = ? ORDER BY c.position, c.id"
+    )
+    id_index = docs.columns.index("id")
+    while batch := doc_cursor.fetchmany(_FETCH):
+        for doc in batch:
+            yield _dumps({"type": portable.DOCUMENTS, "row": _row(docs, doc)})
+            counts[portable.DOCUMENTS] += 1
+            for row in conn.execute(chunk_sql, (doc[id_index],)):
+                line: dict[str, Any] = {"type": portable.CHUNKS, "row": _row(chunks, row)}
+                if vectors and row[len(chunks.columns)] is not None:
+                    line["vector"] = portable.encode_vector(bytes(row[len(chunks.columns)]))
+                yield _dumps(line)
+                counts[portable.CHUNKS] += 1
