@@ -17,6 +17,7 @@ from recalld.cli.admin import check, config, errors, status
 from recalld.cli.ingest import ingest, sources
 from recalld.cli.search import forget, get, remember, search
 from recalld.cli.service import serve, service
+from recalld.cli.transfer import export, import_
 from recalld.errors import DaemonNotRunning, RecalldError
 
 EXIT_ERROR = 1
@@ -44,6 +45,8 @@ for command in (
     errors,
     check,
     config,
+    export,
+    import_,
     service,
 ):
     cli.add_command(command)
