@@ -15,6 +15,7 @@ import click
 from recalld import __version__
 from recalld.cli.admin import check, config, errors, status
 from recalld.cli.ingest import ingest, sources
+from recalld.cli.mcp_command import mcp
 from recalld.cli.search import forget, get, remember, search
 from recalld.cli.service import serve, service
 from recalld.cli.transfer import export, import_
@@ -47,6 +48,7 @@ for command in (
     config,
     export,
     import_,
+    mcp,
     service,
 ):
     cli.add_command(command)

@@ -1,0 +1,35 @@
+"""`recalld mcp`: the MCP server over stdio, for assistants and editors (see `recalld.mcp`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+from recalld.cli.common import load, settings_options
+from recalld.client import AsyncClient
+
+
+@click.command("mcp")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="warning",
+    show_default=True,
+)
+@settings_options
+def mcp(log_level: str, sets: tuple[str, ...], config_file: Path | None) -> None:
+    """Serve the Model Context Protocol on stdin/stdout (tools: search, remember, forget, get,
+    ingest, status), talking to the running daemon. Start it from an MCP client's config."""
+    # stdout carries the protocol: logs go to stderr, configured here as at any entry point.
+    logging.basicConfig(
+        level=log_level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+    )
+    # Imported here: the mcp package (pydantic, starlette) is slow to import.
+    from recalld.mcp.adapter import serve_stdio
+
+    client = AsyncClient(load(config_file, sets).settings.socket_path)
+    asyncio.run(serve_stdio(client))
