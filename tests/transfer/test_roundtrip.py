@@ -45,10 +45,14 @@ def settings_for(home: Path, model: str = "hash:64") -> Settings:
     return load_settings(None, {"RECALLD_HOME": str(home), "RECALLD_EMBED__MODEL": model}).settings
 
 
-async def fill(memory: AsyncMemory, folder: Path) -> None:
+def make_files(folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "lighthouse.md").write_text(NOTES)
     (folder / "chat.json").write_text(json.dumps(CHAT))
+
+
+async def fill(memory: AsyncMemory, folder: Path) -> None:
+    make_files(folder)
     await memory.add_file(folder / "lighthouse.md")
     await memory.add_file(folder / "chat.json")
     for text, kind, tags, importance in MEMORIES:
@@ -68,8 +72,9 @@ async def fill(memory: AsyncMemory, folder: Path) -> None:
             (last, first, "supersedes", 1.0, 1.6e9),
         )
         # Counters travel too.
-        await conn.execute("UPDATE chunks SET access_count = 3, retrieval_count = 5 WHERE id = ?",
-                           (first,))
+        await conn.execute(
+            "UPDATE chunks SET access_count = 3, retrieval_count = 5 WHERE id = ?", (first,)
+        )
 
     await memory.store.write(link)
 
@@ -92,9 +97,7 @@ async def snapshot(memory: AsyncMemory) -> dict[str, Any]:
             "FROM chunks c JOIN documents d ON d.id = c.document_id"
         )
         name = {r[0]: (r[1], r[2]) for r in chunk_rows}
-        chunks = {
-            (r[1], r[2]): (*r[3:18], name.get(r[18])) for r in chunk_rows
-        }
+        chunks = {(r[1], r[2]): (*r[3:18], name.get(r[18])) for r in chunk_rows}
         links = sorted(
             (name[r[0]], name[r[1]], r[2], r[3], r[4])
             for r in await conn.execute_fetchall(
@@ -106,8 +109,7 @@ async def snapshot(memory: AsyncMemory) -> dict[str, Any]:
             for r in await conn.execute_fetchall("SELECT chunk_id, embedding FROM chunks_vec")
         }
         fts = (await conn.execute_fetchall("SELECT count(*) FROM chunks_fts"))[0][0]
-        return {"documents": docs, "chunks": chunks, "links": links, "vectors": vectors,
-                "fts": fts}
+        return {"documents": docs, "chunks": chunks, "links": links, "vectors": vectors, "fts": fts}
 
     return await memory.store.read(read)
 
@@ -189,9 +191,7 @@ async def test_another_model_re_embeds(source: AsyncMemory, tmp_path: Path) -> N
         assert hits and "Tuesday" in hits[0][1]
 
 
-async def test_import_twice_and_into_a_non_empty_store(
-    source: AsyncMemory, tmp_path: Path
-) -> None:
+async def test_import_twice_and_into_a_non_empty_store(source: AsyncMemory, tmp_path: Path) -> None:
     write_export(source, tmp_path / "x.jsonl")
     before = await snapshot(source)
     async with await AsyncMemory.open(settings_for(tmp_path / "b")) as target:
@@ -206,8 +206,7 @@ async def test_import_twice_and_into_a_non_empty_store(
         second = await import_file(target.store, tmp_path / "x.jsonl", target.ingestor.embed)
         twice = await snapshot(target)
         assert first["documents"]["imported"] == 4
-        assert second["documents"] == {"imported": 0, "unchanged": 4, "replaced": 0,
-                                       "conflicts": 0}
+        assert second["documents"] == {"imported": 0, "unchanged": 4, "replaced": 0, "conflicts": 0}
         assert second["chunks"] == second["embedded"] == 0 and not second["rows"].get("links")
         assert twice == once
         # Both the target's own content and the file's are there, links point where they did.

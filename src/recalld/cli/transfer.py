@@ -21,7 +21,7 @@ import click
 
 from recalld import __version__
 from recalld.cli.common import connect, json_option, load, settings_options
-from recalld.cli.output import emit, print_json
+from recalld.cli.output import emit
 from recalld.config import LoadedSettings
 from recalld.errors import DaemonAlreadyRunning
 
@@ -60,7 +60,11 @@ def _export_offline(loaded: LoadedSettings, write: Callable[[str], object], vect
         write(line + "\n")
         last, count = line, count + 1
     footer = json.loads(last)
-    return {"lines": count, "counts": footer["counts"], "skipped_partial": footer["skipped_partial"]}
+    return {
+        "lines": count,
+        "counts": footer["counts"],
+        "skipped_partial": footer["skipped_partial"],
+    }
 
 
 @click.command("export")

@@ -31,8 +31,9 @@ Progress = Callable[[dict[str, Any]], Awaitable[None]]
 BATCH_BYTES = 512 * 1024
 
 
-def _take(lines: Iterator[str], limit: int = BATCH_BYTES) -> list[str]:
-    """The next lines of the export, up to about `limit` bytes (blocking)."""
+def _take(lines: Iterator[str]) -> list[str]:
+    """The next lines of the export, up to about `BATCH_BYTES` (blocking)."""
+    limit = BATCH_BYTES
     batch: list[str] = []
     size = 0
     for line in lines:

@@ -134,7 +134,9 @@ def build_server(client: AsyncClient) -> MCPServer:
 
     @server.tool(annotations=_ADD)
     async def remember(
-        text: Annotated[str, Field(description="The fact, decision or preference, stated plainly.")],
+        text: Annotated[
+            str, Field(description="The fact, decision or preference, stated plainly.")
+        ],
         type: Annotated[
             str,
             Field(description="episodic, semantic, procedural or preference."),

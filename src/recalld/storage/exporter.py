@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ def _select(table: portable.Table, alias: str) -> str:
     return ", ".join(f'{alias}."{c}"' for c in table.columns)
 
 
-def export_lines(path: Path, *, vectors: bool, recalld_version: str) -> Iterator[str]:
+def export_lines(path: Path, *, vectors: bool, recalld_version: str) -> Generator[str, None, None]:
     """The store at `path` as export lines (without newlines): header, rows, footer.
 
     Args:
@@ -111,7 +111,7 @@ def _documents(
     docs, chunks = tables[portable.DOCUMENTS], tables[portable.CHUNKS]
     # Partial documents are half-written by a crash; `check --repair` completes them.
     doc_cursor = conn.execute(
-        f'SELECT {_select(docs, "d")} FROM documents d WHERE d.state = \'complete\' ORDER BY d.id'
+        f"SELECT {_select(docs, 'd')} FROM documents d WHERE d.state = 'complete' ORDER BY d.id"
     )
     vector_sql = ", f.embedding" if vectors else ""
     vector_join = "LEFT JOIN vector_floats f ON f.chunk_id = c.id" if vectors else ""

@@ -9,12 +9,12 @@ itself in the store. Blocking: run it in a worker thread.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from recalld.errors import ParseError
+from recalld.errors import NotFoundError, ParseError
 from recalld.storage import portable
 from recalld.storage.connection import connect
 
@@ -40,7 +40,7 @@ class _Bad(Exception):
     """A problem with the current line (turned into a ParseError with its number)."""
 
 
-def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def read_lines(path: Path) -> Generator[tuple[int, dict[str, Any]], None, None]:
     """Each non-blank line of the file as `(line number, object)`.
 
     Raises:
@@ -75,9 +75,7 @@ def target_tables(store_path: Path) -> dict[str, portable.Table]:
         conn.close()
 
 
-def plan_import(
-    path: Path, store_path: Path, model_id: str, dimension: int
-) -> Plan:
+def plan_import(path: Path, store_path: Path, model_id: str, dimension: int) -> Plan:
     """Check the whole file against the target store.
 
     Args:
@@ -90,8 +88,6 @@ def plan_import(
         NotFoundError: No such file.
     """
     if not path.is_file():
-        from recalld.errors import NotFoundError
-
         raise NotFoundError(f"no export file at {path}", data={"path": str(path)})
     checker = _Checker(path, target_tables(store_path))
     number = 0
@@ -109,7 +105,8 @@ def plan_import(
     plan = checker.plan
     header = plan.header
     plan.reuse_vectors = bool(
-        header.get("vectors") and header.get("model_id") == model_id
+        header.get("vectors")
+        and header.get("model_id") == model_id
         and header.get("dimension") == dimension
     )
     return plan
@@ -167,7 +164,9 @@ class _Checker:
 
     def _header(self, message: dict[str, Any]) -> None:
         if message["type"] != portable.HEADER or message.get("format") != portable.FORMAT:
-            raise _Bad(f"not a recalld export (the first line must be its {portable.FORMAT} header)")
+            raise _Bad(
+                f"not a recalld export (the first line must be its {portable.FORMAT} header)"
+            )
         version = message.get("format_version")
         if not isinstance(version, int) or version > portable.FORMAT_VERSION:
             raise _Bad(
@@ -180,8 +179,9 @@ class _Checker:
         for name, columns in listed.items():
             target = self.tables.get(name)
             if target is None:
-                raise _Bad(f"table {name!r} does not exist in this store (exported by a newer "
-                           "recalld?)")
+                raise _Bad(
+                    f"table {name!r} does not exist in this store (exported by a newer recalld?)"
+                )
             if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
                 raise _Bad(f"the header's columns of {name!r} are not a list of names")
             missing = set(columns) - set(target.columns)

@@ -23,6 +23,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import islice
 from pathlib import Path
 from typing import Any
@@ -106,14 +107,13 @@ class Importer:
         try:
             while batch := await asyncio.to_thread(lambda: list(islice(lines, _READ_BATCH))):
                 for _, message in batch:
-                    kind, row = message["type"], message.get("row")
+                    kind = message["type"]
+                    row: dict[str, Any] = message.get("row") or {}
                     if kind == portable.DOCUMENTS:
                         pending.append(_Doc(row))
                     elif kind == portable.CHUNKS:
                         vector = message.get("vector") if plan.reuse_vectors else None
-                        blob = (
-                            portable.decode_vector(vector, store.dimension) if vector else None
-                        )
+                        blob = portable.decode_vector(vector, store.dimension) if vector else None
                         pending[-1].chunks.append((row, blob))
                         pending_chunks += 1
                     elif kind in (portable.HEADER, portable.FOOTER):
@@ -158,12 +158,14 @@ class Importer:
                 needed = sum(1 for _, blob in doc.chunks if blob is None)
                 fresh = vectors[cursor : cursor + needed] if vectors is not None else None
                 cursor += needed
-            await self.store.write(lambda c, d=doc, f=fresh: self._write_document(c, d, f))
+            await self.store.write(partial(self._write_document, doc=doc, fresh=fresh))
         if self.progress is not None:
             report = self.report
             await self.progress(
                 {
-                    "documents": report.imported + report.unchanged + report.replaced
+                    "documents": report.imported
+                    + report.unchanged
+                    + report.replaced
                     + len(report.conflicts),
                     "total": self.plan.counts.get(portable.DOCUMENTS, 0) if self.plan else 0,
                     "chunks": report.chunks,
@@ -208,9 +210,9 @@ class Importer:
 
         inserted: list[tuple[int, dict[str, Any]]] = []
         for row, _ in doc.chunks:
-            values = self._remap(chunks, row, defer=True)
-            assert values is not None  # its document was just mapped
-            inserted.append((await _insert(conn, portable.CHUNKS, values), row))
+            chunk_values = self._remap(chunks, row, defer=True)
+            assert chunk_values is not None  # its document was just mapped
+            inserted.append((await _insert(conn, portable.CHUNKS, chunk_values), row))
         chunk_map = self.maps.setdefault(portable.CHUNKS, {})
         for new_id, row in inserted:
             chunk_map[int(row["id"])] = new_id
@@ -405,4 +407,3 @@ async def _find_same(conn: Any, table: str, values: dict[str, Any]) -> int | Non
     ) as cursor:
         row = await cursor.fetchone()
     return None if row is None else int(row[0])
-
