@@ -111,7 +111,9 @@ async def test_cli_through_the_daemon(
     path = tmp_path / "backup.jsonl"
     code, out, _ = await asyncio.to_thread(run_cli, ["export", str(path), "--json", *sets], capsys)
     assert code == 0 and json.loads(out)["counts"]["chunks"] == 1
-    assert path.read_text().count("\n") == 4 and not list(tmp_path.glob(".backup.jsonl.*"))
+    # Written under a temporary name, then renamed: no temporary file is left behind.
+    assert path.read_text().count("\n") == 4
+    assert sorted(p.name for p in tmp_path.iterdir() if "backup" in p.name) == ["backup.jsonl"]
     code, out, _ = await asyncio.to_thread(run_cli, ["import", str(path), "--json", *sets], capsys)
     assert code == 0 and json.loads(out)["documents"]["unchanged"] == 1
 
