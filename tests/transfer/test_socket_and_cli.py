@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +114,7 @@ async def test_cli_through_the_daemon(
     assert code == 0 and json.loads(out)["counts"]["chunks"] == 1
     # Written under a temporary name, then renamed: no temporary file is left behind.
     assert path.read_text().count("\n") == 4
-    assert sorted(p.name for p in tmp_path.iterdir() if "backup" in p.name) == ["backup.jsonl"]
+    assert [n for n in os.listdir(tmp_path) if "backup" in n] == ["backup.jsonl"]
     code, out, _ = await asyncio.to_thread(run_cli, ["import", str(path), "--json", *sets], capsys)
     assert code == 0 and json.loads(out)["documents"]["unchanged"] == 1
 
