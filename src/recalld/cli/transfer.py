@@ -91,10 +91,11 @@ def export(
                 result = client.export(out.write, vectors=vectors)
     counts = ", ".join(f"{n} {table}" for table, n in result["counts"].items())
     summary = f"exported {counts}" + (f" to {file}" if file != "-" else "")
-    if file == "-":
-        click.echo(json.dumps(result) if as_json else summary, err=True)
+    if as_json:
+        # With the export on stdout, the summary must not mix into it.
+        click.echo(json.dumps(result, indent=2), err=file == "-")
     else:
-        emit(result, as_json, lambda c: c.print(summary, markup=False))
+        click.echo(summary, err=file == "-")
 
 
 def _import_offline(loaded: LoadedSettings, path: Path, replace: bool) -> dict[str, Any]:

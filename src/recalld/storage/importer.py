@@ -5,7 +5,8 @@ The file is checked whole first (`import_plan`), then read again and written:
 - **Documents are keyed by source.** One already stored with the same content hash is left as
   it is (importing twice changes nothing) and its chunks are matched by key, so links and other
   rows still find them. One stored with other content is a conflict: kept, and reported,
-  unless `replace` is set. Each document is written with its chunks in one transaction.
+  unless `replace` is set. A document is always written with all its chunks, in one
+  transaction per batch of documents.
 - **Ids are remapped.** Rows get new ids in the target; every column that references
   documents, chunks or another table's id (declared foreign keys, see `portable`) is rewritten
   through the old→new maps, so parents and links follow. A row that points at something not
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recalld.storage import portable, writer
+from recalld.storage import import_sql, portable, writer
 from recalld.storage.import_plan import Plan, plan_import, read_lines
 from recalld.storage.store import Store
 
@@ -82,7 +83,7 @@ class Importer:
         self.replace = replace
         self.progress = progress
         self.maps: dict[str, dict[int, int]] = {}
-        # (table, new row id, column, old referenced id): chunk references resolved at the end.
+        # (table, old row id, column, old chunk id): chunk references resolved once both exist.
         self.deferred: list[tuple[str, int, str, int]] = []
         self.report = _Report()
         self.plan: Plan | None = None
@@ -110,25 +111,23 @@ class Importer:
                     kind = message["type"]
                     row: dict[str, Any] = message.get("row") or {}
                     if kind == portable.DOCUMENTS:
+                        if pending_chunks >= _EMBED_BATCH:
+                            await self._documents(pending)
+                            pending, pending_chunks = [], 0
                         pending.append(_Doc(row))
                     elif kind == portable.CHUNKS:
                         vector = message.get("vector") if plan.reuse_vectors else None
                         blob = portable.decode_vector(vector, store.dimension) if vector else None
                         pending[-1].chunks.append((row, blob))
                         pending_chunks += 1
-                    elif kind in (portable.HEADER, portable.FOOTER):
-                        continue
-                    else:
-                        rows.append((kind, row))
-                    if pending_chunks >= _EMBED_BATCH and kind != portable.CHUNKS:
-                        await self._documents(pending[:-1])
-                        pending = pending[-1:]
-                        pending_chunks = len(pending[0].chunks)
-                    if len(rows) >= _ROW_BATCH:
+                    elif kind not in (portable.HEADER, portable.FOOTER):
+                        # Documents and chunks come first: the first other row ends them.
                         await self._documents(pending)
                         pending, pending_chunks = [], 0
-                        await self._rows(rows)
-                        rows = []
+                        rows.append((kind, row))
+                        if len(rows) >= _ROW_BATCH:
+                            await self._rows(rows)
+                            rows = []
             await self._documents(pending)
             await self._rows(rows)
             await self._resolve_deferred()
@@ -139,93 +138,129 @@ class Importer:
     # -- documents and chunks ------------------------------------------------------------------
 
     async def _documents(self, docs: list[_Doc]) -> None:
-        """Write a batch of documents, embedding what has no reusable vector in one pass."""
+        """Write a batch of documents in one transaction, embedding in one pass whatever has
+        no reusable vector."""
         if not docs:
             return
-        actions = [await self._action(doc) for doc in docs]
-        texts = [
-            str(row["text"])
-            for doc, action in zip(docs, actions, strict=True)
-            if action in ("insert", "replace")
-            for row, blob in doc.chunks
-            if blob is None
+        sources = [str(doc.row["source"]) for doc in docs]
+        stored = await self.store.read(lambda c: import_sql.stored_documents(c, sources))
+        wanted = [
+            (index, [str(row["text"]) for row, blob in doc.chunks if blob is None])
+            for index, doc in enumerate(docs)
+            if self._action(doc, stored.get(sources[index])) in ("insert", "replace")
         ]
-        vectors = await self.embed(texts) if texts else None
-        cursor = 0
-        for doc, action in zip(docs, actions, strict=True):
-            fresh = None
-            if action in ("insert", "replace"):
-                needed = sum(1 for _, blob in doc.chunks if blob is None)
-                fresh = vectors[cursor : cursor + needed] if vectors is not None else None
-                cursor += needed
-            await self.store.write(partial(self._write_document, doc=doc, fresh=fresh))
+        texts = [text for _, doc_texts in wanted for text in doc_texts]
+        fresh: dict[int, npt.NDArray[np.float32]] = {}
+        if texts:
+            vectors = await self.embed(texts)
+            cursor = 0
+            for index, doc_texts in wanted:
+                fresh[index] = vectors[cursor : cursor + len(doc_texts)]
+                cursor += len(doc_texts)
+        await self.store.write(partial(self._write_documents, docs=docs, fresh=fresh))
         if self.progress is not None:
             report = self.report
+            done = report.imported + report.unchanged + report.replaced + len(report.conflicts)
             await self.progress(
                 {
-                    "documents": report.imported
-                    + report.unchanged
-                    + report.replaced
-                    + len(report.conflicts),
+                    "documents": done,
                     "total": self.plan.counts.get(portable.DOCUMENTS, 0) if self.plan else 0,
                     "chunks": report.chunks,
                     "embedded": report.embedded,
                 }
             )
 
-    async def _action(self, doc: _Doc) -> str:
+    def _action(self, doc: _Doc, stored: tuple[int, str, str] | None) -> str:
         """What to do with a document: `insert`, `replace`, `unchanged` or `conflict`."""
-        stored = await self.store.read(lambda c: _stored_document(c, doc.row["source"]))
         if stored is None:
             return "insert"
         if stored[1] == doc.row.get("content_hash") and stored[2] == "complete":
             return "unchanged"
         return "replace" if self.replace or stored[2] != "complete" else "conflict"
 
-    async def _write_document(
-        self, conn: Any, doc: _Doc, fresh: npt.NDArray[np.float32] | None
+    async def _write_documents(
+        self, conn: Any, docs: list[_Doc], fresh: dict[int, npt.NDArray[np.float32]]
     ) -> None:
-        """Insert (or replace) one document and its chunks, in the caller's transaction."""
-        source = doc.row["source"]
-        stored = await _stored_document(conn, source)
-        # Decided again inside the transaction: the daemon may have ingested it meanwhile.
-        if stored is not None:
-            if stored[1] == doc.row.get("content_hash") and stored[2] == "complete":
-                await self._map_existing(conn, doc, stored[0])
-                self.report.unchanged += 1
-                return
-            if not (self.replace or stored[2] != "complete"):
-                self.report.conflicts.append(source)
-                return
-            await writer.delete_document(conn, source)
-            self.report.replaced += 1
-        else:
-            self.report.imported += 1
+        """Insert (or replace) documents with their chunks, in the caller's transaction."""
         tables = self._tables()
-        docs, chunks = tables[portable.DOCUMENTS], tables[portable.CHUNKS]
-        values = {k: portable.decode_value(v) for k, v in doc.row.items() if k != docs.surrogate}
-        values["state"] = "complete"
-        doc_id = await _insert(conn, portable.DOCUMENTS, values)
-        self.maps.setdefault(portable.DOCUMENTS, {})[int(doc.row["id"])] = doc_id
+        doc_table, chunk_table = tables[portable.DOCUMENTS], tables[portable.CHUNKS]
+        sources = [str(doc.row["source"]) for doc in docs]
+        # Decided again inside the transaction: the daemon may have ingested some meanwhile.
+        stored = await import_sql.stored_documents(conn, sources)
+        writing: list[int] = []
+        kept: list[int] = []
+        for index, doc in enumerate(docs):
+            action = self._action(doc, stored.get(sources[index]))
+            if action == "unchanged":
+                kept.append(index)
+                self.report.unchanged += 1
+            elif action == "conflict":
+                self.report.conflicts.append(sources[index])
+            else:
+                if action == "replace":
+                    await writer.delete_document(conn, sources[index])
+                    self.report.replaced += 1
+                else:
+                    self.report.imported += 1
+                writing.append(index)
+        await import_sql.insert_many(
+            conn,
+            portable.DOCUMENTS,
+            [
+                {
+                    **{
+                        k: portable.decode_value(v)
+                        for k, v in docs[i].row.items()
+                        if k != doc_table.surrogate
+                    },
+                    "state": "complete",
+                }
+                for i in writing
+            ],
+        )
+        new = await import_sql.stored_documents(conn, [sources[i] for i in writing])
+        doc_map = self.maps.setdefault(portable.DOCUMENTS, {})
+        for index in writing:
+            doc_map[int(docs[index].row["id"])] = new[sources[index]][0]
+        for index in kept:
+            doc_map[int(docs[index].row["id"])] = stored[sources[index]][0]
 
-        inserted: list[tuple[int, dict[str, Any]]] = []
-        for row, _ in doc.chunks:
-            chunk_values = self._remap(chunks, row, defer=True)
-            assert chunk_values is not None  # its document was just mapped
-            inserted.append((await _insert(conn, portable.CHUNKS, chunk_values), row))
+        chunk_rows = []
+        for index in writing:
+            for row, _ in docs[index].chunks:
+                values = self._remap(chunk_table, row, defer=True)
+                assert values is not None  # its document was just mapped
+                chunk_rows.append(values)
+        await import_sql.insert_many(conn, portable.CHUNKS, chunk_rows)
+        mapped = [docs[i] for i in writing + kept]
+        by_key = await import_sql.chunk_ids(conn, [doc_map[int(d.row["id"])] for d in mapped])
         chunk_map = self.maps.setdefault(portable.CHUNKS, {})
-        for new_id, row in inserted:
-            chunk_map[int(row["id"])] = new_id
-        # Parents (and any other chunk reference) within the document resolve now.
-        await self._resolve(conn, [d for d in self.deferred if d[0] == portable.CHUNKS])
+        for doc in mapped:
+            doc_id = doc_map[int(doc.row["id"])]
+            for row, _ in doc.chunks:
+                new_id = by_key.get((doc_id, str(row["key"])))
+                if new_id is not None:
+                    chunk_map[int(row["id"])] = new_id
+        # Parents (and any other chunk reference) within these documents resolve now.
+        await self._resolve(conn)
 
+        vectors: list[tuple[int, npt.NDArray[np.float32], str, str]] = []
+        for index in writing:
+            vectors.extend(await self._vectors(docs[index], fresh.get(index), chunk_map))
+        await writer.insert_vectors(conn, vectors)
+        self.report.chunks += len(chunk_rows)
+
+    async def _vectors(
+        self, doc: _Doc, fresh: npt.NDArray[np.float32] | None, chunk_map: dict[int, int]
+    ) -> list[tuple[int, npt.NDArray[np.float32], str, str]]:
+        """Each chunk's vector: reused from the file, or freshly embedded."""
         if fresh is None and any(blob is None for _, blob in doc.chunks):
             # Stored by someone else between the first look and this transaction: rare enough
             # to embed here, holding the writer a little longer.
             fresh = await self.embed([str(r["text"]) for r, blob in doc.chunks if blob is None])
-        rows: list[tuple[int, npt.NDArray[np.float32], str, str]] = []
+        out = []
         cursor = 0
-        for (new_id, row), (_, blob) in zip(inserted, doc.chunks, strict=True):
+        for row, blob in doc.chunks:
             if blob is not None:
                 vector = np.frombuffer(blob, dtype=np.float32)
                 self.report.reused += 1
@@ -234,29 +269,18 @@ class Importer:
                 vector = fresh[cursor]
                 cursor += 1
                 self.report.embedded += 1
-            rows.append((new_id, vector, str(row.get("kind")), str(row.get("granularity"))))
-        await writer.insert_vectors(conn, rows)
-        self.report.chunks += len(inserted)
-
-    async def _map_existing(self, conn: Any, doc: _Doc, doc_id: int) -> None:
-        """Map an unchanged document's chunks onto the stored ones, by key."""
-        self.maps.setdefault(portable.DOCUMENTS, {})[int(doc.row["id"])] = doc_id
-        async with conn.execute(
-            "SELECT key, id FROM chunks WHERE document_id = ?", (doc_id,)
-        ) as cursor:
-            by_key = {str(k): int(i) for k, i in await cursor.fetchall()}
-        chunk_map = self.maps.setdefault(portable.CHUNKS, {})
-        for row, _ in doc.chunks:
-            if row["key"] in by_key:
-                chunk_map[int(row["id"])] = by_key[row["key"]]
+            kind, granularity = str(row.get("kind")), str(row.get("granularity"))
+            out.append((chunk_map[int(row["id"])], vector, kind, granularity))
+        return out
 
     # -- other tables --------------------------------------------------------------------------
 
     async def _rows(self, rows: list[tuple[str, dict[str, Any]]]) -> None:
         if rows:
-            await self.store.write(lambda c: self._write_rows(c, rows))
+            await self.store.write(partial(self._write_rows, rows=rows))
 
     async def _write_rows(self, conn: Any, rows: list[tuple[str, dict[str, Any]]]) -> None:
+        """Rows of the other tables, each added only when no identical row exists."""
         tables = self._tables()
         referenced = {t for table in tables.values() for t in table.references.values()}
         for name, row in rows:
@@ -265,12 +289,10 @@ class Importer:
             if values is None:
                 self.report.skipped[name] = self.report.skipped.get(name, 0) + 1
                 continue
-            existing = await _find_same(conn, name, values)
-            if existing is None:
-                new_id, added = await _insert_row(conn, name, values, ignore=True)
+            new_id = await import_sql.find_same(conn, name, values)
+            if new_id is None:
+                new_id, added = await import_sql.insert_row(conn, name, values)
                 self.report.rows[name] = self.report.rows.get(name, 0) + added
-            else:
-                new_id = existing
             if table.surrogate is not None and name in referenced:
                 self.maps.setdefault(name, {})[int(row[table.surrogate])] = new_id
 
@@ -280,7 +302,7 @@ class Importer:
         """The row's values for the target: surrogate id dropped, references remapped.
 
         Returns None when a reference points at a row that was not imported. With `defer`,
-        references to chunks not seen yet are set NULL and resolved at the end.
+        references to chunks not written yet are set NULL and resolved later (`_resolve`).
         """
         values: dict[str, Any] = {}
         for column, raw in row.items():
@@ -291,40 +313,39 @@ class Importer:
             if target is not None and value is not None:
                 mapped = self.maps.get(target, {}).get(int(value))
                 if mapped is None:
-                    if defer and target == portable.CHUNKS:
-                        # The new row id is known only after the insert; keyed by old id here.
-                        self.deferred.append((table.name, int(row["id"]), column, int(value)))
-                        value = None
-                    else:
+                    if not (defer and target == portable.CHUNKS and table.surrogate):
                         return None
+                    self.deferred.append(
+                        (table.name, int(row[table.surrogate]), column, int(value))
+                    )
+                    value = None
                 else:
                     value = mapped
             values[column] = value
         return values
 
-    async def _resolve(self, conn: Any, items: list[tuple[str, int, str, int]]) -> None:
+    async def _resolve(self, conn: Any) -> None:
         """Point deferred chunk references at their new ids, where both ends are now mapped."""
         chunk_map = self.maps.get(portable.CHUNKS, {})
-        done = []
-        for item in items:
+        updates: dict[tuple[str, str], list[tuple[int, int]]] = {}
+        waiting = []
+        for item in self.deferred:
             table, old_row, column, old_target = item
             new_row = self.maps.get(table, {}).get(old_row)
             new_target = chunk_map.get(old_target)
             if new_row is None or new_target is None:
-                continue
-            surrogate = self._tables()[table].surrogate
-            await conn.execute(
-                f'UPDATE "{table}" SET "{column}" = ? WHERE "{surrogate}" = ?',
-                (new_target, new_row),
-            )
-            done.append(item)
-        if done:
-            finished = set(done)
-            self.deferred = [d for d in self.deferred if d not in finished]
+                waiting.append(item)
+            else:
+                updates.setdefault((table, column), []).append((new_target, new_row))
+        for (table, column), pairs in updates.items():
+            key = self._tables()[table].surrogate
+            assert key is not None
+            await import_sql.set_references(conn, table, column, key, pairs)
+        self.deferred = waiting
 
     async def _resolve_deferred(self) -> None:
         if self.deferred:
-            await self.store.write(lambda c: self._resolve(c, list(self.deferred)))
+            await self.store.write(self._resolve)
             if self.deferred:
                 logger.info("%d chunk references point outside the import", len(self.deferred))
 
@@ -370,40 +391,3 @@ async def import_file(
 ) -> dict[str, Any]:
     """Import an export file into `store` (see `Importer`)."""
     return await Importer(store, embed, replace=replace, progress=progress).run(path)
-
-
-async def _stored_document(conn: Any, source: str) -> tuple[int, str, str] | None:
-    async with conn.execute(
-        "SELECT id, content_hash, state FROM documents WHERE source = ?", (source,)
-    ) as cursor:
-        row = await cursor.fetchone()
-    return None if row is None else (int(row[0]), str(row[1]), str(row[2]))
-
-
-async def _insert_row(
-    conn: Any, table: str, values: dict[str, Any], *, ignore: bool = False
-) -> tuple[int, int]:
-    """Insert one row; returns its rowid and how many rows were added (0 when ignored)."""
-    # Names come from the store's own schema (PRAGMA table_info), never from the file: the
-    # plan refused any column the target table does not have.
-    columns = ", ".join(f'"{c}"' for c in values)
-    marks = ", ".join("?" for _ in values)
-    verb = "INSERT OR IGNORE" if ignore else "INSERT"
-    cursor = await conn.execute(
-        f'{verb} INTO "{table}" ({columns}) VALUES ({marks})', list(values.values())
-    )
-    return int(cursor.lastrowid), int(cursor.rowcount)
-
-
-async def _insert(conn: Any, table: str, values: dict[str, Any]) -> int:
-    return (await _insert_row(conn, table, values))[0]
-
-
-async def _find_same(conn: Any, table: str, values: dict[str, Any]) -> int | None:
-    """The rowid of a row with exactly these values, if one exists (idempotent imports)."""
-    where = " AND ".join(f'"{c}" IS ?' for c in values) or "1"
-    async with conn.execute(
-        f'SELECT rowid FROM "{table}" WHERE {where} LIMIT 1', list(values.values())
-    ) as cursor:
-        row = await cursor.fetchone()
-    return None if row is None else int(row[0])
