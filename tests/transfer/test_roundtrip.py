@@ -260,3 +260,62 @@ async def test_malformed_file_imports_nothing(
         assert (await target.counts())["documents"] == 0
         with pytest.raises(NotFoundError):
             await import_file(target.store, tmp_path / "missing.jsonl", target.ingestor.embed)
+
+
+HISTORY = """CREATE TABLE memory_history (
+    id INTEGER PRIMARY KEY,
+    chunk_id INTEGER NOT NULL REFERENCES chunks(id) ON DELETE CASCADE,
+    previous_text TEXT NOT NULL,
+    changed_at REAL NOT NULL,
+    payload BLOB
+)"""
+
+
+async def test_tables_added_later_travel_with_their_ids_remapped(
+    source: AsyncMemory, tmp_path: Path
+) -> None:
+    """A table another version adds (here a memory history) is exported by its columns and its
+    chunk references are remapped, without any change to export or import."""
+
+    async def add_history(conn: Any) -> None:
+        await conn.execute(HISTORY)
+        rows = await conn.execute_fetchall(
+            "SELECT id, text FROM chunks WHERE kind = 'memory' ORDER BY id"
+        )
+        for chunk_id, text in rows:
+            await conn.execute(
+                "INSERT INTO memory_history (chunk_id, previous_text, changed_at, payload) "
+                "VALUES (?, ?, ?, ?)",
+                (chunk_id, f"earlier: {text}", 1.5e9, b"\x00\xffraw"),
+            )
+
+    await source.store.write(add_history)
+    lines = write_export(source, tmp_path / "x.jsonl")
+    assert lines[0]["tables"]["memory_history"][:2] == ["id", "chunk_id"]
+
+    async def history(memory: AsyncMemory) -> list[tuple[Any, ...]]:
+        rows = await memory.store.read(
+            lambda c: c.execute_fetchall(
+                "SELECT c.text, h.previous_text, h.changed_at, h.payload FROM memory_history h "
+                "JOIN chunks c ON c.id = h.chunk_id ORDER BY h.previous_text"
+            )
+        )
+        return [tuple(r) for r in rows]
+
+    async with await AsyncMemory.open(settings_for(tmp_path / "old")) as old:
+        # A store without the table (an older recalld) refuses the file, naming the table.
+        with pytest.raises(ParseError, match="line 1: table 'memory_history' does not exist"):
+            await import_file(old.store, tmp_path / "x.jsonl", old.ingestor.embed)
+
+    async with await AsyncMemory.open(settings_for(tmp_path / "b")) as target:
+        await target.store.write(lambda c: c.execute(HISTORY))
+        # Shift the ids: the target holds a memory of its own first.
+        await target.remember("The bins go out on Monday night")
+        report = await import_file(target.store, tmp_path / "x.jsonl", target.ingestor.embed)
+        assert report["rows"]["memory_history"] == 2
+        expected = await history(source)
+        assert len(expected) == 2 and expected[0][3] == b"\x00\xffraw"
+        assert await history(target) == expected
+        again = await import_file(target.store, tmp_path / "x.jsonl", target.ingestor.embed)
+        assert not again["rows"].get("memory_history")
+        assert await history(target) == expected
