@@ -128,11 +128,16 @@ def _render_import(report: dict[str, Any]) -> Callable[[Console], None]:
         docs = report["documents"]
         out.print(
             f"{docs['imported']} documents imported, {docs['unchanged']} unchanged, "
-            f"{docs['replaced']} replaced, {docs['conflicts']} kept (stored content differs; "
-            f"--replace overwrites); {report['chunks']} chunks ({report['vectors_reused']} "
-            f"vectors reused, {report['embedded']} embedded)",
+            f"{docs['replaced']} replaced; {report['chunks']} chunks "
+            f"({report['vectors_reused']} vectors reused, {report['embedded']} embedded)",
             markup=False,
         )
+        if docs["conflicts"]:
+            out.print(
+                f"{docs['conflicts']} documents kept: stored content differs "
+                "(--replace overwrites it)",
+                markup=False,
+            )
         for table, n in report["rows"].items():
             skipped = report["skipped_rows"].get(table, 0)
             out.print(f"{table}: {n} added" + (f", {skipped} skipped" if skipped else ""))
