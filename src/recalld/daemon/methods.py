@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from recalld import __version__, protocol
 from recalld.config import LoadedSettings, settings_as_dict
+from recalld.daemon import models
 from recalld.daemon.params import InvalidParams, Params
 from recalld.daemon.sources import SourceRegistry, source_dict
 from recalld.errors import NotFoundError, RecalldError
@@ -282,6 +283,7 @@ async def status(ctx: Context, params: Params, progress: Progress) -> Any:
         "pending": sum(depths.values()),
         "errors": counts.get("errors", 0),
         "ingested": ctx.scheduler.totals.as_dict(),
+        "reindex": memory.reindexer.status(),
     }
 
 
@@ -329,6 +331,9 @@ METHODS: dict[str, Method] = {
     "errors/list": errors_list,
     "admin/check": admin_check,
     "config/show": config_show,
+    "models/list": models.models_list,
+    "reindex": models.reindex,
+    "reindex/cancel": models.reindex_cancel,
 }
 
 
