@@ -284,6 +284,7 @@ async def status(ctx: Context, params: Params, progress: Progress) -> Any:
         "errors": counts.get("errors", 0),
         "ingested": ctx.scheduler.totals.as_dict(),
         "reindex": memory.reindexer.status(),
+        "last_reindex": memory.reindexer.last,
     }
 
 

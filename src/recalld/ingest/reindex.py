@@ -244,7 +244,9 @@ class Reindexer:
                 await self._catch_up(state, embedder)
                 self._phase = "switching"
                 await self._prepare(embedder)
-                count = await self._swap(state, embedder)
+                # Shielded, like every write of the job: a cancel (or shutdown) must never
+                # land between BEGIN and COMMIT, nor between the swap and the switch.
+                count = await asyncio.shield(self._swap(state, embedder))
                 break
             except _TooManyLeft:
                 continue  # ingest got ahead while the swap waited: another pass first
@@ -293,8 +295,10 @@ class Reindexer:
                 continue
             ids = [cid for cid, _ in batch]
             matrix = await asyncio.to_thread(embedder.embed, [text for _, text in batch])
-            staged = await self.store.write(
-                partial(reindex.stage, chunk_ids=ids, matrix=matrix, model_id=state.model_id)
+            staged = await asyncio.shield(
+                self.store.write(
+                    partial(reindex.stage, chunk_ids=ids, matrix=matrix, model_id=state.model_id)
+                )
             )
             self._embedded += len(ids)
             self._done += staged
