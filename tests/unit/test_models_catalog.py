@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from recalld.config import EmbedSettings
 from recalld.embeddings import catalog, local
 
 
-def test_local_constants_follow_the_embedder() -> None:
+def test_local_ids_follow_the_embedder(tmp_path: Path) -> None:
     # The catalog avoids importing onnxruntime; this keeps its copies of the ids honest.
-    assert catalog.LOCAL_GRAPH_VERSION == local.GRAPH_VERSION
     assert catalog.LOCAL_DIMENSION == local.DIMENSION
-    assert catalog.local_model_id("int8") == f"minilm-l6-v2/onnx-int8-v{local.GRAPH_VERSION}"
+    for quantize in (True, False):
+        built = local.LocalEmbedder(quantize=quantize, cache_dir=tmp_path)  # nothing loaded yet
+        assert catalog.local_model_id(quantize) == built.model_id
 
 
 def test_endpoint_and_extra_specs_are_listed_and_marked() -> None:

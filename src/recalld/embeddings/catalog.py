@@ -12,7 +12,8 @@ from typing import Any
 
 from recalld.config import EmbedSettings
 
-# Mirrors embeddings/local.py (GRAPH_VERSION, DIMENSION), which a test keeps in step.
+# Mirrors embeddings/local.py (GRAPH_VERSION, DIMENSION, the variant names); a test keeps
+# them in step.
 LOCAL_GRAPH_VERSION = 2
 LOCAL_DIMENSION = 384
 HASH_EXAMPLE = 64
@@ -41,8 +42,9 @@ class ModelInfo:
         return asdict(self)
 
 
-def local_model_id(variant: str) -> str:
-    """The model id `LocalEmbedder` stamps for `int8` or `fp32`."""
+def local_model_id(quantize: bool) -> str:
+    """The model id `LocalEmbedder` stamps, int8 (per-channel) or fp32."""
+    variant = "int8pc" if quantize else "fp32"
     return f"minilm-l6-v2/onnx-{variant}-v{LOCAL_GRAPH_VERSION}"
 
 
@@ -56,14 +58,14 @@ def available(settings: EmbedSettings, extra: tuple[str, ...] = ()) -> list[Mode
     found = [
         ModelInfo(
             "local",
-            local_model_id("int8"),
+            local_model_id(True),
             LOCAL_DIMENSION,
             "local",
             "all-MiniLM-L6-v2, packaged, int8 ONNX (the default; offline)",
         ),
         ModelInfo(
             "local:fp32",
-            local_model_id("fp32"),
+            local_model_id(False),
             LOCAL_DIMENSION,
             "local",
             "all-MiniLM-L6-v2, packaged, fp32 ONNX (slower, slightly closer to the original)",

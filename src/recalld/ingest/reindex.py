@@ -137,7 +137,12 @@ class Reindexer:
         state = await self.store.read(reindex.read_state)
         if state is None:
             return None
-        embedder = await self._load(state.spec)
+        try:
+            embedder = await self._load(state.spec)
+        except RecalldError as exc:
+            # Shown by `status`; `reindex --model` with the same spec tries again.
+            self.state, self._phase, self._error = state, "failed", exc.message
+            raise
         if embedder.model_id != state.model_id or embedder.dimension != state.dimension:
             await _close(embedder)
             raise ReindexError(
