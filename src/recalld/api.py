@@ -74,7 +74,7 @@ class AsyncMemory:
         )
         self._background: set[asyncio.Task[None]] = set()
         self.reindexer = Reindexer(
-            store, self._load_embedder, calibrate, self._use_model, settings.embed.batch_size * 4
+            store, self._load_embedder, calibrate, self._use_model, settings.embed.batch_size
         )
 
     async def _load_embedder(self, spec: str) -> Embedder:

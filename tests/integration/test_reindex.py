@@ -25,7 +25,7 @@ from tests.integration.conftest import Daemon
 
 pytestmark = [pytest.mark.integration]
 
-CHUNKS = 300
+CHUNKS = 400
 
 
 def text(i: int) -> str:
@@ -116,7 +116,7 @@ def test_reindex_killed_half_way_resumes_with_searches_answered_throughout(
     started = daemon.client.reindex("hash:32", detach=True)
     assert started["detached"] and started["reindex"]["model"] == "hash-32"
     with Searching(daemon.socket) as during:
-        status = wait_until(daemon, lambda s: (s["reindex"] or {}).get("done", 0) >= CHUNKS // 3)
+        status = wait_until(daemon, lambda s: (s["reindex"] or {}).get("done", 0) >= CHUNKS // 4)
         info = status["reindex"]
         assert info["spec"] == "hash:32" and info["dimension"] == 32
         assert info["total"] == CHUNKS and info["started_at"] > 0 and info["rate"] > 0

@@ -105,7 +105,7 @@ async def run(
     embedder = await asyncio.to_thread(
         load_embedder, target, settings.model_cache_dir, settings.embed
     )
-    batch = settings.embed.batch_size * 4
+    batch = settings.embed.batch_size
     await asyncio.to_thread(embedder.embed, ["warm up"])  # loading is not embedding
     t0 = time.perf_counter()
     for start in range(0, len(texts), batch):

@@ -29,11 +29,13 @@ from recalld.storage.store import Store
 logger = logging.getLogger(__name__)
 
 Progress = Callable[[dict[str, Any]], Awaitable[None]]
-# Texts per embedding call and per staging transaction: short write locks, little lost work.
-BATCH = 128
-# The swap embeds at most this many late chunks inside its own transaction; more, and it lets
-# go of the write lock and catches up outside first.
-CATCHUP_MAX = 256
+# Texts per embedding call and per staging transaction (AsyncMemory passes embed.batch_size):
+# short write locks, little work lost to a kill.
+BATCH = 32
+# The swap embeds at most this many late chunks inside its own transaction (ingest waits for
+# it: ~1 s with MiniLM on 2 cores); more, and it lets go of the write lock and catches up
+# outside first.
+CATCHUP_MAX = 32
 RETRY_MAX_S = 60.0
 
 
@@ -245,6 +247,7 @@ class Reindexer:
         started = time.monotonic()
         delay = 1.0
         while True:
+            self._phase = "embedding"
             try:
                 await self._catch_up(state, embedder)
                 self._phase = "switching"
@@ -263,7 +266,6 @@ class Reindexer:
                 logger.warning("reindex paused (%s); retrying in %.0f s", exc.message, delay)
                 await asyncio.sleep(delay)
                 delay = min(RETRY_MAX_S, delay * 2)
-                self._phase = "embedding"
         elapsed = time.monotonic() - started
         result = {
             "model": state.model_id,
