@@ -37,6 +37,7 @@ BATCH = 32
 # outside first.
 CATCHUP_MAX = 32
 RETRY_MAX_S = 60.0
+COUNT_EVERY_S = 2.0
 
 
 class _TooManyLeft(Exception):
@@ -291,10 +292,14 @@ class Reindexer:
         """Embed and stage every chunk without a new vector; passes repeat until none is left
         (chunks ingested meanwhile may take ids below the first pass's position)."""
         after = 0
+        counted = 0.0
         while True:
-            batch, (self._done, self._total) = await self.store.read(
-                partial(_batch_and_progress, after=after, limit=self.batch)
-            )
+            # Counting is a scan of both tables: once a pass and every few seconds, not per
+            # batch (a million chunks are 30k batches).
+            if after == 0 or time.monotonic() - counted > COUNT_EVERY_S:
+                self._done, self._total = await self.store.read(reindex.progress)
+                counted = time.monotonic()
+            batch = await self.store.read(partial(reindex.missing, after=after, limit=self.batch))
             if not batch:
                 if after == 0:
                     return
@@ -335,12 +340,6 @@ class Reindexer:
         self._switch(embedder)
         self.store.end_switch(state.model_id, state.dimension)
         return count
-
-
-async def _batch_and_progress(
-    conn: Any, after: int, limit: int
-) -> tuple[list[tuple[int, str]], tuple[int, int]]:
-    return await reindex.missing(conn, after, limit), await reindex.progress(conn)
 
 
 async def _close(embedder: Embedder) -> None:
