@@ -252,3 +252,27 @@ def test_models_and_an_endpoint_target_with_and_without_the_daemon(
     checked = run_cli(daemon, "check", "--offline", "--json")
     assert checked["ok"], checked
     assert any(c["name"] == "reindex" and "in progress" in c["detail"] for c in checked["checks"])
+
+
+def test_sigterm_mid_reindex_stops_cleanly_and_the_next_start_finishes_it(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    daemon = make_daemon(RECALLD_EMBED__BATCH_SIZE="1")
+    daemon.start()
+    daemon.wait_ready()
+    fill(daemon, CHUNKS)
+    daemon.client.reindex("hash:32", detach=True)
+    wait_until(daemon, lambda s: (s["reindex"] or {}).get("done", 0) >= 20)
+    assert daemon.stop(signal.SIGTERM) == 0
+    done, meta = staged(daemon)
+    assert 0 < done < CHUNKS and meta["reindex_spec"] == "hash:32"
+    daemon.start()
+    daemon.wait_ready()
+    # `reindex` without a model follows the resumed one to its end (unless it is over already).
+    try:
+        result = daemon.client.reindex()["result"]
+    except ReindexError:
+        result = daemon.client.status()["last_reindex"]
+    assert result["model"] == "hash-32" and result["embedded"] <= CHUNKS - done
+    assert daemon.client.check()["ok"]
+    assert daemon.stop() == 0
