@@ -121,8 +121,9 @@ def reindex(client: Client, spec: str | None, detach: bool, cancel: bool, as_jso
     """Re-embed the store with another model while recalld keeps answering with the old one.
 
     The switch is atomic and happens when every chunk has its new vector; a daemon stopped
-    half-way resumes. Without --model, follow the reindex that is running. See `recalld models`.
-    Afterwards, set embed.model to SPEC if your config names a model."""
+    half-way resumes. Without --model, follow the reindex that is running (Ctrl-C stops
+    following, not the reindex). See `recalld models`. Afterwards, set embed.model to SPEC if
+    your config names a model."""
     if cancel:
         if spec or detach:
             raise click.UsageError("--cancel takes no --model or --detach")
