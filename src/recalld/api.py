@@ -10,6 +10,7 @@ The daemon serves this same object over its socket; tests and benchmarks use it 
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
@@ -18,16 +19,19 @@ from typing import Any, TypeVar
 
 from recalld.config import Settings
 from recalld.embeddings.base import Embedder, load_embedder
-from recalld.errors import NotFoundError
+from recalld.errors import NotFoundError, QueryError
 from recalld.ingest.facts_llm import fact_extractor
 from recalld.ingest.pipeline import Ingestor, IngestReport
+from recalld.ingest.reindex import Reindexer
 from recalld.retrieval import gate
 from recalld.retrieval.search import Searcher
 from recalld.storage import readers, writer
-from recalld.storage.store import Store
+from recalld.storage.store import Store, stored_model
 from recalld.types import NO_FILTERS, Chunk, Filters, SearchResult
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 _CALIBRATIONS: dict[str, gate.Calibration] = {}
 
@@ -69,24 +73,52 @@ class AsyncMemory:
             store, embedder, settings.search, calibration, settings.embed.query_cache
         )
         self._background: set[asyncio.Task[None]] = set()
+        self.reindexer = Reindexer(
+            store, self._load_embedder, calibrate, self._use_model, settings.embed.batch_size
+        )
+
+    async def _load_embedder(self, spec: str) -> Embedder:
+        return await asyncio.to_thread(
+            load_embedder, spec, self.settings.model_cache_dir, self.settings.embed
+        )
+
+    def _use_model(self, embedder: Embedder) -> None:
+        """Switch to a reindex's new model (synchronous: runs right after the swap commits)."""
+        old, owned = self.embedder, self._owns_embedder
+        self.embedder, self._owns_embedder = embedder, True
+        self.ingestor.use_model(embedder)
+        self.searcher.use_model(embedder, _CALIBRATIONS[embedder.model_id])
+        close = getattr(old, "close", None)
+        if owned and close is not None:
+            self._spawn(asyncio.to_thread(close))
 
     @classmethod
-    async def open(cls, settings: Settings, *, embedder: Embedder | None = None) -> AsyncMemory:
+    async def open(
+        cls, settings: Settings, *, embedder: Embedder | None = None, follow_store: bool = False
+    ) -> AsyncMemory:
         """Open the store named by `settings` with its embedding model.
 
         Args:
             settings: Resolved settings (`config.load_settings`).
             embedder: An already-loaded model to share (tests, benchmarks); default: the one
                 `settings.embed.model` names.
+            follow_store: Load the model the store records (after a `reindex`) rather than
+                `settings.embed.model`; for when the user did not choose a model explicitly.
 
         Raises:
             ModelMismatchError: The store was embedded with another model.
             SchemaTooNewError: The store comes from a newer recalld.
         """
         owns_embedder = embedder is None
+        spec = settings.embed.model
         if embedder is None:
+            if follow_store:
+                stored = await asyncio.to_thread(stored_model, settings.store_path)
+                if stored is not None and stored[0] is not None and stored[0] != spec:
+                    logger.info("using %s, the store's model (embed.model is not set)", stored[0])
+                    spec = stored[0]
             embedder = await asyncio.to_thread(
-                load_embedder, settings.embed.model, settings.model_cache_dir, settings.embed
+                load_embedder, spec, settings.model_cache_dir, settings.embed
             )
         store = await Store.open(
             settings.store_path,
@@ -94,6 +126,7 @@ class AsyncMemory:
             dimension=embedder.dimension,
             readers=settings.store.readers,
             query_timeout_ms=settings.store.query_timeout_ms,
+            model_spec=spec if owns_embedder else None,
         )
         return cls(
             settings, store, embedder, await calibrate(embedder), owns_embedder=owns_embedder
@@ -136,12 +169,31 @@ class AsyncMemory:
         **overrides: Any,
     ) -> SearchResult:
         """Hybrid search; see `Searcher.search`. Returned chunks count as retrieved."""
-        result = await self.searcher.search(query, limit=limit, filters=filters, **overrides)
+        result = await self._search_one_model(query, limit, filters, overrides)
         if result.hits:
             # Counting must not make the search wait for an ingest holding the writer.
             ids = [h.chunk.id for h in result.hits]
             self._spawn(self.store.write(lambda c: writer.count_use(c, ids, retrieval=True)))
         return result
+
+    async def _search_one_model(
+        self, query: str, limit: int | None, filters: Filters, overrides: dict[str, Any]
+    ) -> SearchResult:
+        # A reindex may swap the model while a search runs (its query vector would then meet
+        # the other model's index): such a search starts again once the swap is done.
+        for _ in range(3):
+            version = await self.store.model_settled()
+            try:
+                result = await self.searcher.search(
+                    query, limit=limit, filters=filters, **overrides
+                )
+            except Exception:
+                if self.store.model_changed(version):
+                    continue
+                raise
+            if not self.store.model_changed(version):
+                return result
+        raise QueryError("the embedding model changed during the search; search again")
 
     async def get(self, chunk_id: int) -> Chunk:
         """Read one chunk (counted as an access).
@@ -177,7 +229,9 @@ class AsyncMemory:
         task.add_done_callback(self._background.discard)
 
     async def close(self) -> None:
-        """Finish background writes and close the store."""
+        """Stop a reindex (it resumes on the next start), finish background writes and close
+        the store."""
+        await self.reindexer.close()
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
         await self.store.close()

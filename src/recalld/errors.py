@@ -5,7 +5,8 @@
     ├── StoreError                     -32020
     │   ├── SchemaTooNewError          -32021
     │   ├── ModelMismatchError         -32022
-    │   └── IntegrityError             -32023
+    │   ├── IntegrityError             -32023
+    │   └── ReindexError               -32024
     ├── IngestError                    -32030
     │   ├── UnsupportedFormatError     -32031
     │   └── ParseError                 -32032
@@ -70,6 +71,12 @@ class IntegrityError(StoreError):
     """A store invariant does not hold."""
 
     code = -32023
+
+
+class ReindexError(StoreError):
+    """A reindex cannot start or go on (another one runs, nothing to cancel, ...)."""
+
+    code = -32024
 
 
 class IngestError(RecalldError):

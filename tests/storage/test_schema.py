@@ -37,9 +37,10 @@ async def test_newer_schema_is_refused(tmp_path: Path):
 async def test_other_model_is_refused_with_a_hint(tmp_path: Path):
     path = tmp_path / "s.db"
     await (await Store.open(path, model_id="hash-64", dimension=64)).close()
-    with pytest.raises(ModelMismatchError, match=r"set embed\.model back, or re-embed") as info:
+    with pytest.raises(ModelMismatchError, match=r"recalld reindex --model SPEC") as info:
         await Store.open(path, model_id="other", dimension=64)
     assert info.value.data["stored_model"] == "hash-64"
+    assert "set embed.model back to the store's model" in info.value.message
     with pytest.raises(ModelMismatchError):
         await Store.open(path, model_id="hash-64", dimension=32)
 
@@ -71,3 +72,11 @@ def test_split_sql_keeps_trigger_bodies_whole():
     triggers = [s for s in statements if s.startswith("CREATE TRIGGER")]
     assert len(triggers) == 3
     assert all(s.rstrip().endswith("END;") for s in triggers)
+
+
+async def test_mismatch_names_the_recorded_spec(tmp_path: Path):
+    path = tmp_path / "s.db"
+    await (await Store.open(path, model_id="hash-32", dimension=32, model_spec="hash:32")).close()
+    with pytest.raises(ModelMismatchError, match=r"set embed\.model = 'hash:32'") as info:
+        await Store.open(path, model_id="hash-64", dimension=64, model_spec="hash:64")
+    assert info.value.data["stored_spec"] == "hash:32"

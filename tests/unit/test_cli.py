@@ -55,6 +55,8 @@ def test_help_lists_every_command() -> None:
         "check",
         "config",
         "service",
+        "models",
+        "reindex",
     ):
         assert command in result.output
 
@@ -157,3 +159,18 @@ def test_cli_source_kinds_match_the_watcher() -> None:
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run_main(["--version"], capsys)
     assert code == 0 and "recalld" in out and os.sep not in out
+
+
+def test_models_without_a_daemon_or_a_store(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_main(["models", "--json", "--set", "embed.model=hash:32"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    assert data["offline"] and data["store"]["model"] is None and data["reindex"] is None
+    by_spec = {m["spec"]: m for m in data["models"]}
+    assert by_spec["hash:32"]["configured"] and not by_spec["hash:32"]["in_use"]
+    assert by_spec["local"]["dimension"] == 384
+
+
+def test_reindex_cancel_takes_no_model(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run_main(["reindex", "--cancel", "--model", "hash:32"], capsys)
+    assert code == 2 and "--cancel takes no --model" in err

@@ -347,6 +347,58 @@ def ingest(
         )
 
 
+@main.command()
+@click.option(
+    "--data",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=Path("../shared/data/scifact"),
+    show_default=True,
+    help="A BEIR folder (corpus.jsonl, queries.jsonl).",
+)
+@click.option("--docs", type=click.IntRange(1), default=500, show_default=True)
+@click.option("--from", "source", default="hash:64", show_default=True, help="The old model.")
+@click.option("--to", "target", default="hash:32", show_default=True, help="The new model.")
+@REPORT_OPTIONS
+def reindex(
+    data: Path,
+    docs: int,
+    source: str,
+    target: str,
+    sets: tuple[str, ...],
+    results: Path,
+    as_json: bool,
+) -> None:
+    """Online reindex throughput, and search latency before and during it (same run)."""
+    from recalld.bench import reindex as reindex_bench
+
+    workdir = _workdir(None)
+    report = asyncio.run(reindex_bench.run(data, workdir, source, target, docs, _overrides(sets)))
+    header = ["phase", "searches", "errors", "p50 ms", "p95 ms"]
+    rows = [
+        [
+            "before",
+            report["searches_before"],
+            report["errors_before"],
+            report["p50_before_ms"],
+            report["p95_before_ms"],
+        ],
+        [
+            "during",
+            report["searches_during"],
+            report["errors_during"],
+            report["p50_during_ms"],
+            report["p95_during_ms"],
+        ],
+    ]
+    _emit("reindex", report, as_json, results, rows, header)
+    if not as_json:
+        click.echo(
+            f"{report['from']} -> {report['to']}: {report['chunks']} chunks in "
+            f"{report['reindex_s']} s ({report['reindex_chunks_per_s']} chunks/s; the model "
+            f"alone: {report['model_only_chunks_per_s']} chunks/s)"
+        )
+
+
 @main.command("plot")
 @click.argument(
     "reports", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)

@@ -16,6 +16,7 @@ from recalld import __version__
 from recalld.cli.admin import check, config, errors, status
 from recalld.cli.ingest import ingest, sources
 from recalld.cli.mcp_command import mcp
+from recalld.cli.models import models, reindex
 from recalld.cli.search import forget, get, remember, search
 from recalld.cli.service import serve, service
 from recalld.cli.transfer import export, import_
@@ -50,6 +51,8 @@ for command in (
     import_,
     mcp,
     service,
+    models,
+    reindex,
 ):
     cli.add_command(command)
 

@@ -20,6 +20,19 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
+def _reindex_row(info: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    if not info:
+        return []
+    return [
+        (
+            "reindex",
+            f"to {info['model']} ({info['dimension']} dims), {info['state']}: "
+            f"{info['done']}/{info['total']} chunks, {info['rate']} chunks/s, "
+            f"started {when(info['started_at'])}",
+        )
+    ]
+
+
 @click.command()
 @client_command
 @pass_client
@@ -39,6 +52,7 @@ def status(client: Client, as_json: bool) -> None:
                     f"schema {info['schema_version']}",
                 ),
                 ("model", f"{info['model']} ({info['dimension']} dims)"),
+                *_reindex_row(info.get("reindex")),
                 ("store", info["store"]),
                 ("socket", info["socket"]),
                 ("drop folder", info["drop_folder"]),

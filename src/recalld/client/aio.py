@@ -266,3 +266,28 @@ class AsyncClient:
             "import", {"path": absolute(path), "replace": replace}, on_progress=on_progress
         )
         return result
+
+    async def models(self) -> dict[str, Any]:
+        """The embedding models one can choose, the store's, and a reindex target."""
+        result: dict[str, Any] = await self.call("models/list")
+        return result
+
+    async def reindex(
+        self,
+        model: str | None = None,
+        *,
+        detach: bool = False,
+        on_progress: ProgressCallback | None = None,
+    ) -> dict[str, Any]:
+        """Re-embed the store with `model` (None: follow the reindex running); unless
+        `detach`, return when the new model is live, with progress to `on_progress`."""
+        params: dict[str, Any] = {"detach": detach}
+        if model is not None:
+            params["model"] = model
+        result: dict[str, Any] = await self.call("reindex", params, on_progress=on_progress)
+        return result
+
+    async def reindex_cancel(self) -> dict[str, Any]:
+        """Stop the reindex in progress and drop the vectors it made."""
+        result: dict[str, Any] = await self.call("reindex/cancel")
+        return result

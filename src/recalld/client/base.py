@@ -37,6 +37,9 @@ METHODS = {
     "config/show": "config_show",
     "export": "export",
     "import": "import_file",
+    "models/list": "models",
+    "reindex": "reindex",
+    "reindex/cancel": "reindex_cancel",
 }
 
 ProgressCallback = Callable[[dict[str, Any]], object]

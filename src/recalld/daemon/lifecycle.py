@@ -186,7 +186,11 @@ class Server:
         drop = settings.drop_folder
         drop.mkdir(parents=True, exist_ok=True)
         logger.info("drop folder: %s (files copied here are ingested)", drop)
-        self.memory = await AsyncMemory.open(settings, embedder=self.config.embedder)
+        # A model the user did not choose follows the store (it may have been re-embedded).
+        follow = loaded.sources.get("embed.model", "default") == "default"
+        self.memory = await AsyncMemory.open(
+            settings, embedder=self.config.embedder, follow_store=follow
+        )
         self.sources = SourceRegistry(settings)
         wanted = PathFilter(
             excluded=[settings.store_path, self._lock.path, Path(settings.data_dir) / SOURCES_FILE]
@@ -205,6 +209,11 @@ class Server:
         for source in self.sources.all():
             self.scheduler.scan(source.path)
         await self._requeue_partial()
+        try:
+            await self.memory.reindexer.resume()
+        except RecalldError as exc:
+            # The store keeps serving with its model; `status` and `reindex --cancel` help.
+            logger.error("cannot resume the reindex: %s", exc.message)
         logger.info(
             "recalld %s ready: store %s, model %s, %d sources, socket %s",
             __version__,

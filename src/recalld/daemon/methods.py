@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from recalld import __version__, protocol
 from recalld.config import LoadedSettings, settings_as_dict
-from recalld.daemon import transfer
+from recalld.daemon import models, transfer
 from recalld.daemon.params import InvalidParams, Params
 from recalld.daemon.sources import SourceRegistry, source_dict
 from recalld.errors import NotFoundError, RecalldError
@@ -283,6 +283,8 @@ async def status(ctx: Context, params: Params, progress: Progress) -> Any:
         "pending": sum(depths.values()),
         "errors": counts.get("errors", 0),
         "ingested": ctx.scheduler.totals.as_dict(),
+        "reindex": memory.reindexer.status(),
+        "last_reindex": memory.reindexer.last,
     }
 
 
@@ -332,6 +334,9 @@ METHODS: dict[str, Method] = {
     "config/show": config_show,
     "export": transfer.export,
     "import": transfer.import_,
+    "models/list": models.models_list,
+    "reindex": models.reindex,
+    "reindex/cancel": models.reindex_cancel,
 }
 
 

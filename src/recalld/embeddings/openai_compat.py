@@ -381,8 +381,8 @@ class OpenAIEmbedder:
             if len(row) != want:
                 raise EmbeddingError(
                     f"{where} returned a {len(row)}-dimensional vector where {want} were "
-                    "expected; check embed.dimensions and embed.model (a store embedded with "
-                    "another model must be re-embedded from its sources)",
+                    "expected; check embed.dimensions and embed.model (to move a store to "
+                    "another model, run `recalld reindex --model SPEC`)",
                     data={"expected": want, "got": len(row)},
                 )
         matrix = np.stack(vectors)

@@ -105,6 +105,10 @@ def _conversation_drafts(
     ]
 
 
+class _ModelChanged(Exception):
+    """A reindex swapped the store's model after this document was embedded."""
+
+
 class Ingestor:
     """Ingests files, text and memories into one store with one embedder.
 
@@ -139,6 +143,11 @@ class Ingestor:
         self.max_file_bytes = max_file_bytes
         self.batch_size = batch_size
         self.facts = facts if chunking.facts else None
+
+    def use_model(self, embedder: Embedder) -> None:
+        """Embed (and count tokens) with another model from now on (after a reindex)."""
+        self.embedder = embedder
+        self.options = replace(self.options, count_tokens=embedder.count_tokens)
 
     async def ingest_file(self, path: Path, source: str | None = None) -> IngestReport:
         """Ingest one file, skipping it when its content is already stored.
@@ -230,6 +239,10 @@ class Ingestor:
         return ChunkedSource(parsed.kind, parsed.format, chunks, notes)
 
     async def _embed_and_write(self, docs: list[_Prepared]) -> list[tuple[int, IngestReport]]:
+        # A reindex may swap the store's model between embedding and writing: each write
+        # checks, in its transaction, that the vectors come from the store's model, and the
+        # documents not yet written are embedded again with the new one.
+        version = await self.store.model_settled()
         # Which chunks are new? Unchanged ones keep their stored vectors.
         todo: list[tuple[int, int, ChunkDraft]] = []
         for d_index, doc in enumerate(docs):
@@ -244,7 +257,7 @@ class Ingestor:
         vectors = await self.embed(texts)
         counts = await asyncio.to_thread(self._count_tokens, texts)
         new = {(d, c): (vectors[i], counts[i]) for i, (d, c, _) in enumerate(todo)}
-        reports = []
+        reports: list[tuple[int, IngestReport]] = []
         for d_index, doc in enumerate(docs):
             chunks = []
             for c_index, draft in enumerate(doc.parsed.chunks):
@@ -262,11 +275,17 @@ class Ingestor:
             async def write(
                 conn: object, row: writer.NewDocument = row, chunks: list[writer.NewChunk] = chunks
             ) -> int:
+                if self.store.model_changed(version):
+                    raise _ModelChanged
                 doc_id = await writer.replace_document(conn, row, chunks)
                 await writer.clear_errors(conn, row.source)
                 return doc_id
 
-            doc_id = await self.store.write(write)
+            try:
+                doc_id = await self.store.write(write)
+            except _ModelChanged:
+                again = await self._embed_and_write(docs[d_index:])
+                return reports + [(d_index + i, report) for i, report in again]
             embedded = sum(1 for c in chunks if c.vector is not None)
             status = "ingested" if chunks else "empty"
             logger.info("ingested %s: %d chunks (%d embedded)", doc.source, len(chunks), embedded)

@@ -64,6 +64,11 @@ class Searcher:
         self._total = 0
         self._embedding_down = False
 
+    def use_model(self, embedder: Embedder, calibration: gate.Calibration) -> None:
+        """Search with another model from now on (after a reindex swapped the store's)."""
+        self.embedder, self.calibration = embedder, calibration
+        self._query_cache.clear()  # its vectors belong to the old model
+
     def _note_embedding_down(self, exc: EmbeddingError) -> None:
         # Once per outage at WARNING; every search in it would otherwise log the same line.
         level = logging.DEBUG if self._embedding_down else logging.WARNING

@@ -5,6 +5,9 @@
 - no document is left `partial`;
 - the vector cascade's tables (`vector_codes`, `vector_floats`) mirror `chunks_vec`;
 - the embedding model and dimension in `meta` match the vector table;
+- a reindex in progress (storage/reindex.py) is reported, not flagged: its staging table is
+  half-full by design; its rows must belong to live chunks, have the target's dimension, and
+  exist only while a reindex is recorded;
 - FTS5's own `integrity-check`, comparing the index with the chunks it was built from
   (https://sqlite.org/fts5.html#the_integrity_check_command);
 - `PRAGMA integrity_check` (https://sqlite.org/pragma.html#pragma_integrity_check).
@@ -24,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from recalld.errors import StoreError
+from recalld.storage import reindex
 from recalld.storage.connection import DatabaseError, connect
 
 # Each check: a name, one query returning a single number that must be 0, and what it means.
@@ -125,6 +129,37 @@ def _model_check(conn: Any) -> dict[str, Any]:
     return _result("model", 0, f"{model} ({dimension} dims)")
 
 
+def _reindex_check(conn: Any, chunks: int) -> dict[str, Any]:
+    meta = {str(k): str(v) for k, v in conn.execute("SELECT key, value FROM meta").fetchall()}
+    state = reindex.state_from_meta(meta)
+    staged = _scalar(conn, "SELECT count(*) FROM reindex_vectors")
+    orphans = _scalar(
+        conn,
+        "SELECT count(*) FROM reindex_vectors r WHERE NOT EXISTS "
+        "(SELECT 1 FROM chunks c WHERE c.id = r.chunk_id)",
+    )
+    if state is None:
+        return _result(
+            "reindex",
+            staged,
+            "staged vectors without a reindex in progress; `recalld check --repair` drops them"
+            if staged
+            else "no reindex in progress",
+        )
+    bad = _scalar(
+        conn,
+        "SELECT count(*) FROM reindex_vectors WHERE length(embedding) != ?",
+        (4 * state.dimension,),
+    )
+    detail = f"in progress to {state.model_id} ({state.dimension} dims): {staged}/{chunks} staged"
+    if orphans or bad:
+        detail += (
+            f"; {orphans} staged without a chunk, {bad} of the wrong size "
+            "(`recalld check --repair` drops them; the reindex embeds them again)"
+        )
+    return _result("reindex", orphans + bad, detail)
+
+
 def _fts_integrity(path: Path) -> dict[str, Any]:
     conn = connect(path)
     try:
@@ -204,6 +239,8 @@ def check_store(path: Path) -> dict[str, Any]:
                 _result("vector_index", gap, "vectors missing from or extra in the vector index")
             )
         checks.append(_model_check(conn))
+        if table_exists(conn, "reindex_vectors"):
+            checks.append(_reindex_check(conn, counts["chunks"]))
         checks.append(_fts_integrity(path))
         problems = [str(r[0]) for r in conn.execute("PRAGMA integrity_check").fetchall()]
         sane = problems == ["ok"]

@@ -35,7 +35,7 @@ DOCUMENTS = "documents"
 CHUNKS = "chunks"
 
 # Store state or indexes rebuilt from the chunks, never exported.
-NOT_EXPORTED = frozenset({"meta", "vector_codes", "vector_floats"})
+NOT_EXPORTED = frozenset({"meta", "vector_codes", "vector_floats", "reindex_vectors"})
 # JSON cannot hold bytes; a BLOB value travels as {"base64": "..."}.
 _BLOB_KEY = "base64"
 

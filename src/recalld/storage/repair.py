@@ -13,7 +13,9 @@ What each broken invariant gets (issue 6):
 - `partial` document: a memory or text source is completed in place; a file is listed in
   `reingest`, and the caller ingests it again (or removes it if the file is gone);
 - `PRAGMA integrity_check` failures: `REINDEX`; whatever remains is reported, not guessed at;
-- model / dimension mismatch: reported only, as it needs every chunk re-embedded.
+- model / dimension mismatch: reported only, as it needs every chunk re-embedded;
+- a reindex's staged vectors without a chunk, of the wrong size, or left without a reindex in
+  progress: dropped (a running reindex embeds the chunks again); a sound reindex is left alone.
 
 Structural fixes run in one write transaction. Embedding runs between transactions, so a
 daemon keeps serving and ingesting while a large store is repaired; every batch re-checks in
@@ -36,7 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.errors import EmbeddingError, RecalldError
-from recalld.storage import check, vectors, writer
+from recalld.storage import check, reindex, vectors, writer
 from recalld.storage.store import Store
 
 logger = logging.getLogger(__name__)
@@ -155,6 +157,8 @@ async def _structural(conn: Any, failed: set[str], report: RepairReport) -> None
     await vectors.delete(conn, ids)
     report.did("orphan_vectors_deleted", len(ids), "vectors without a chunk deleted")
     await _adopt_orphans(conn, report)
+    if "reindex" in failed:
+        report.did("reindex_rows_dropped", await reindex.drop_stray(conn), "bad staged vectors")
     if fts_broken:
         for _, sql in triggers:
             await conn.execute(sql)

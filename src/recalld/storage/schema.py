@@ -148,9 +148,17 @@ def _m002_vector_index(conn: Any) -> None:
         logger.info("indexed %d existing vectors", count)
 
 
+def _m003_reindex(conn: Any) -> None:
+    # The staging table of online re-embedding (storage/reindex.py, issue 7).
+    from recalld.storage import reindex
+
+    _script(reindex.M003_SQL)(conn)
+
+
 MIGRATIONS: tuple[tuple[int, str, Migration], ...] = (
     (1, "m001_core", _script(M001_CORE)),
     (2, "m002_vector_index", _m002_vector_index),
+    (3, "m003_reindex", _m003_reindex),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
@@ -199,7 +207,12 @@ def create_vector_table(conn: Any, dimension: int) -> None:
 
     `kind` and `granularity` are vec0 metadata columns, so those filters apply inside the KNN.
     """
-    conn.execute(
+    conn.execute(vector_table_sql(dimension))
+
+
+def vector_table_sql(dimension: int) -> str:
+    """The `CREATE VIRTUAL TABLE` statement of `chunks_vec` (also used by the reindex swap)."""
+    return (
         "CREATE VIRTUAL TABLE IF NOT EXISTS chunks_vec USING vec0("
         f"chunk_id INTEGER PRIMARY KEY, embedding float[{int(dimension)}] distance_metric=cosine, "
         "kind TEXT, granularity TEXT)"

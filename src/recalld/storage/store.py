@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from recalld.errors import ModelMismatchError, QueryError, StoreError
-from recalld.storage import schema, vectors
+from recalld.storage import reindex, schema, vectors
 from recalld.storage.connection import DatabaseError, OperationalError, connect
 
 logger = logging.getLogger(__name__)
@@ -28,7 +28,7 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def _prepare(path: Path, model_id: str, dimension: int) -> None:
+def _prepare(path: Path, model_id: str, dimension: int, spec: str | None) -> None:
     """Migrate the file and stamp or check the embedding model (blocking; run in a thread)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = connect(path)
@@ -40,24 +40,73 @@ def _prepare(path: Path, model_id: str, dimension: int) -> None:
             conn.execute("INSERT INTO meta (key, value) VALUES ('model_id', ?)", (model_id,))
             conn.execute("INSERT INTO meta (key, value) VALUES ('dimension', ?)", (str(dimension),))
             schema.create_vector_table(conn, dimension)
+            _record_spec(conn, spec)
             conn.execute("COMMIT")
         elif stored["model_id"] != model_id or int(stored["dimension"]) != dimension:
-            raise ModelMismatchError(
-                f"{path} was embedded with {stored['model_id']} ({stored['dimension']} dims) "
-                f"but recalld is configured for {model_id} ({dimension} dims); set "
-                "embed.model back, or re-embed: move the store file aside and let recalld "
-                "ingest your sources again (online `reindex` is not built yet)",
-                data={
-                    "stored_model": stored["model_id"],
-                    "stored_dimension": int(stored["dimension"]),
-                    "model": model_id,
-                    "dimension": dimension,
-                },
-            )
+            raise _mismatch(path, stored, model_id, dimension)
+        elif reindex.SPEC_KEY not in stored and spec is not None:
+            # Stores from before m003 learn the spec of the model that matches them.
+            conn.execute("BEGIN IMMEDIATE")
+            _record_spec(conn, spec)
+            conn.execute("COMMIT")
     except DatabaseError as exc:
         raise StoreError(f"cannot open store {path}: {exc}") from exc
     finally:
         conn.close()
+
+
+def _record_spec(conn: Any, spec: str | None) -> None:
+    if spec is not None:
+        conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (reindex.SPEC_KEY, spec)
+        )
+
+
+def _mismatch(
+    path: Path, stored: dict[str, str], model_id: str, dimension: int
+) -> ModelMismatchError:
+    spec = stored.get(reindex.SPEC_KEY)
+    named = f"embed.model = {spec!r}" if spec else "embed.model back to the store's model"
+    return ModelMismatchError(
+        f"{path} was embedded with {stored['model_id']} ({stored['dimension']} dims) "
+        f"but recalld is configured for {model_id} ({dimension} dims); set {named}, "
+        "or re-embed: start recalld with the store's model and run "
+        "`recalld reindex --model SPEC` (SPEC: the model you want); the daemon keeps "
+        "answering with the old model until the switch",
+        data={
+            "stored_model": stored["model_id"],
+            "stored_dimension": int(stored["dimension"]),
+            "stored_spec": spec,
+            "model": model_id,
+            "dimension": dimension,
+        },
+    )
+
+
+def stored_meta(path: Path) -> dict[str, str] | None:
+    """The `meta` table of the store at `path` (model, dimension, spec, reindex state), or
+    None when there is no store yet. Blocking; run in a thread."""
+    if not path.exists():
+        return None
+    try:
+        conn = connect(path, readonly=True)
+    except DatabaseError:
+        return None
+    try:
+        return {str(k): str(v) for k, v in conn.execute("SELECT key, value FROM meta")}
+    except DatabaseError:
+        return None  # created and never migrated
+    finally:
+        conn.close()
+
+
+def stored_model(path: Path) -> tuple[str | None, str, int] | None:
+    """`(spec, model_id, dimension)` recorded in the store at `path`, or None (no store or
+    no model stamped yet). Blocking; run in a thread."""
+    meta = stored_meta(path)
+    if meta is None or "model_id" not in meta or "dimension" not in meta:
+        return None
+    return meta.get(reindex.SPEC_KEY), meta["model_id"], int(meta["dimension"])
 
 
 async def _open_connection(path: Path, *, readonly: bool) -> aiosqlite.Connection:
@@ -100,6 +149,13 @@ class Store:
         # The vector cascade's in-memory mirror; readers.knn and the writer find it by
         # connection, and write() applies the writer's staged changes after each COMMIT.
         self.vectors = vectors.VectorIndex(dimension, self._write_lock)
+        # A reindex swaps the model (storage/reindex.py): `model_version` counts the swaps and
+        # `switching` is set from just before the swap's COMMIT until the process has switched
+        # its embedder, so a search or ingest that overlapped it knows to start again.
+        self.model_version = 0
+        self.switching = False
+        self._switched = asyncio.Event()
+        self._switched.set()
         vectors.attach(writer, self.vectors, writer=True)
         for conn in readers:
             vectors.attach(conn, self.vectors)
@@ -113,15 +169,19 @@ class Store:
         dimension: int,
         readers: int = 4,
         query_timeout_ms: int = 5000,
+        model_spec: str | None = None,
     ) -> Store:
         """Open (creating or migrating) the store at `path`.
+
+        `model_spec` (as `embed.model` names the model) is recorded with a new store, so a
+        daemon whose config names no model can find it again (`stored_model`).
 
         Raises:
             SchemaTooNewError: The file comes from a newer recalld.
             ModelMismatchError: The file was embedded with another model.
             StoreError: The file cannot be opened as a store.
         """
-        await asyncio.to_thread(_prepare, path, model_id, dimension)
+        await asyncio.to_thread(_prepare, path, model_id, dimension, model_spec)
         writer = await _open_connection(path, readonly=False)
         pool = [await _open_connection(path, readonly=True) for _ in range(max(1, readers))]
         store = cls(path, model_id, dimension, writer, pool, query_timeout_ms)
@@ -129,6 +189,28 @@ class Store:
             await reader.set_progress_handler(store._make_timeout(id(reader)), 1000)
         logger.info("opened store %s (model %s, %d readers)", path, model_id, len(pool))
         return store
+
+    def begin_switch(self) -> None:
+        """Mark the model as changing (called inside the swap transaction, before COMMIT)."""
+        self.switching = True
+        self._switched.clear()
+
+    def end_switch(self, model_id: str | None = None, dimension: int | None = None) -> None:
+        """The swap committed (`model_id` and `dimension` given) or was abandoned (None)."""
+        if model_id is not None and dimension is not None:
+            self.model_id, self.dimension = model_id, dimension
+            self.model_version += 1
+        self.switching = False
+        self._switched.set()
+
+    def model_changed(self, since: int) -> bool:
+        """Whether the model changed, or is changing, since `model_version` was `since`."""
+        return self.switching or self.model_version != since
+
+    async def model_settled(self) -> int:
+        """Wait for a swap in progress to finish; returns the current `model_version`."""
+        await self._switched.wait()
+        return self.model_version
 
     def _make_timeout(self, key: int) -> Callable[[], int]:
         # datasette's sqlite_timelimit: SQLite calls this every N VM steps; non-zero aborts.

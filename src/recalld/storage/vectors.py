@@ -193,12 +193,16 @@ class VectorIndex:
     def commit(self) -> None:
         """The transaction committed: apply what it staged."""
         pending, self._pending = self._pending, []
+        for op, payload in pending:
+            if op == "reload":
+                # A reindex may have changed the dimension (storage/reindex.py `swap`).
+                self._unload()
+                if payload is not None:
+                    self._set_dimension(int(payload))
+                return
         if self._arrays is None:
             return  # not loaded: the load will read the committed rows
         for op, payload in pending:
-            if op == "reload":
-                self._unload()
-                return
             if op == "delete":
                 self._delete(payload)
             else:
@@ -209,6 +213,10 @@ class VectorIndex:
     def rollback(self) -> None:
         """The transaction rolled back: forget what it staged."""
         self._pending = []
+
+    def _set_dimension(self, dimension: int) -> None:
+        self.dimension = dimension
+        self._words = code_bytes(dimension) // 16
 
     def _unload(self) -> None:
         self._arrays = None
@@ -496,7 +504,7 @@ async def rebuild(conn: Any, dimension: int) -> int:
             total += len(rows)
     index = _WRITERS.get(conn)
     if index is not None:
-        index.stage(("reload", None))
+        index.stage(("reload", dimension))
     return total
 
 

@@ -1,0 +1,128 @@
+"""Online re-embedding through the Python API (in process): swap, concurrent search and ingest,
+cancel, refusal of a second target, and the model the next open follows."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+
+from recalld.api import AsyncMemory
+from recalld.config import load_settings
+from recalld.embeddings.base import HashEmbedder
+from recalld.errors import ModelMismatchError, ReindexError
+from recalld.storage import check
+
+
+def text(i: int) -> str:
+    """Twelve pseudo-words drawn per note, so every note is distinct under any hash model."""
+    rng = random.Random(i)
+    return " ".join(f"t{rng.randrange(3000)}" for _ in range(12))
+
+
+def similarity(model: int, query: str, doc: str) -> float:
+    q, d = HashEmbedder(model).embed([query, doc])
+    return round(float(q @ d), 4)
+
+
+def settings(home: Path, model: str | None):
+    env = {"RECALLD_HOME": str(home)}
+    if model is not None:
+        env["RECALLD_EMBED__MODEL"] = model
+    return load_settings(None, env, {}).settings
+
+
+async def fill(memory: AsyncMemory, n: int) -> None:
+    for i in range(n):
+        await memory.remember(text(i))
+
+
+async def test_swap_with_searches_and_ingest_running(tmp_path: Path) -> None:
+    memory = await AsyncMemory.open(settings(tmp_path, "hash:64"))
+    try:
+        await fill(memory, 150)
+        query = " ".join(text(7).split()[:7])
+        old, new = similarity(64, query, text(7)), similarity(32, query, text(7))
+        assert old != new
+        before = await memory.search(query, mode="vector", limit=3)
+        assert before.explain["best_similarity"] == old
+        assert memory.embedder.model_id == "hash-64"
+        memory.reindexer.batch = 16  # many short batches, so searches interleave
+        await memory.reindexer.start("hash:32")
+        errors: list[BaseException] = []
+        seen: list[float] = []
+
+        async def searching() -> None:
+            while memory.reindexer.running:
+                try:
+                    found = await memory.search(query, mode="vector", limit=3)
+                    seen.append(found.explain["best_similarity"])
+                except Exception as exc:  # counted, not raised: the test asserts none
+                    errors.append(exc)
+                await asyncio.sleep(0)
+
+        async def ingesting() -> None:
+            for i in range(150, 190):
+                await memory.remember(text(i))
+
+        await asyncio.gather(searching(), ingesting(), memory.reindexer.wait(_ignore))
+        assert errors == []
+        # Old-model answers, then new-model ones, nothing else and no going back.
+        assert seen and seen[0] == old and set(seen) <= {old, new}
+        assert seen == sorted(seen, key=lambda v: v == new)
+        assert memory.embedder.model_id == "hash-32"
+        assert memory.store.dimension == 32
+        after = await memory.search(query, mode="vector", limit=3)
+        assert after.explain["best_similarity"] == new
+        assert after.hits[0].chunk.text == before.hits[0].chunk.text == text(7)
+        # New chunks after the switch get the new model's vectors.
+        await memory.remember("a fresh note about zulu")
+        report = await asyncio.to_thread(check.check_store, memory.store.path)
+        assert report["ok"], report
+        assert report["counts"]["vectors"] == report["counts"]["chunks"] == 191
+    finally:
+        await memory.close()
+    # The config does not name a model: the store's recorded one wins.
+    reopened = await AsyncMemory.open(settings(tmp_path, None), follow_store=True)
+    try:
+        assert reopened.embedder.model_id == "hash-32"
+    finally:
+        await reopened.close()
+    # The config names the old model explicitly: refused, with what to do.
+    with pytest.raises(ModelMismatchError, match=r"embed\.model = 'hash:32'"):
+        await AsyncMemory.open(settings(tmp_path, "hash:64"))
+
+
+async def _ignore(info: dict) -> None:
+    pass
+
+
+async def test_cancel_and_a_second_target_is_refused(tmp_path: Path) -> None:
+    memory = await AsyncMemory.open(settings(tmp_path, "hash:64"))
+    try:
+        await fill(memory, 40)
+        memory.reindexer.batch = 8
+        await memory.reindexer.start("hash:32")
+        with pytest.raises(ReindexError, match="under way"):
+            await memory.reindexer.start("hash:16")
+        same = await memory.reindexer.start("hash:32")  # the same target: a no-op resume
+        assert same["model"] == "hash-32"
+        status = memory.reindexer.status()
+        assert status is not None
+        assert {"spec", "model", "dimension", "done", "total", "rate", "started_at"} <= set(status)
+        report = await asyncio.to_thread(check.check_store, memory.store.path)
+        assert report["ok"], report
+        cancelled = await memory.reindexer.cancel()
+        assert cancelled["cancelled"]
+        assert memory.reindexer.status() is None
+        assert memory.embedder.model_id == "hash-64"
+        report = await asyncio.to_thread(check.check_store, memory.store.path)
+        assert report["ok"], report
+        with pytest.raises(ReindexError, match="nothing to cancel"):
+            await memory.reindexer.cancel()
+        with pytest.raises(ReindexError, match="already uses"):
+            await memory.reindexer.start("hash:64")
+    finally:
+        await memory.close()
