@@ -255,7 +255,9 @@ class Ingestor:
         new = {(d, c): (vectors[i], counts[i]) for i, (d, c, _) in enumerate(todo)}
         reports = []
         for d_index, doc in enumerate(docs):
-            found = [new.get((d_index, c_index), (None, 0)) for c_index in range(len(doc.parsed.chunks))]
+            found = [
+                new.get((d_index, c_index), (None, 0)) for c_index in range(len(doc.parsed.chunks))
+            ]
             autolinks = await self.linker.links_for(
                 doc.parsed.chunks, [v for v, _ in found], stored_ids.get(d_index)
             )

@@ -23,27 +23,51 @@ _NOW = r"(?:now |currently |still |just |recently |finally |has |have |had )*"
 _PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
     (attribute, re.compile(rf"^{_SUBJECT}{pattern}$"))
     for attribute, pattern in (
-        ("residence", " " + _NOW + r"(?:lives?|living|resides?|is based|(?:is|am) living) in (?P<v>.+)"),
-        ("residence", " " + _NOW + r"(?:moved|moves|relocated|is moving|am moving) (?:back )?to (?P<v>.+)"),
+        (
+            "residence",
+            " " + _NOW + r"(?:lives?|living|resides?|is based|(?:is|am) living) in (?P<v>.+)",
+        ),
+        (
+            "residence",
+            " " + _NOW + r"(?:moved|moves|relocated|is moving|am moving) (?:back )?to (?P<v>.+)",
+        ),
         ("residence", r"'s (?:home|house|flat|apartment) is (?:now )?in (?P<v>.+)"),
         ("employer", " " + _NOW + r"(?:works?|working|is working|am working) (?:at|for) (?P<v>.+)"),
-        ("employer", " " + _NOW + r"(?:started|began|starts) (?:a new job |working |to work )(?:at|for|with) (?P<v>.+)"),
-        ("employer", " " + _NOW + r"(?:got|took|accepted|started) a (?:new )?(?:job|position) (?:at|with) (?P<v>.+)"),
+        (
+            "employer",
+            " "
+            + _NOW
+            + r"(?:started|began|starts) (?:a new job |working |to work )(?:at|for|with) (?P<v>.+)",
+        ),
+        (
+            "employer",
+            " "
+            + _NOW
+            + r"(?:got|took|accepted|started) a (?:new )?(?:job|position) (?:at|with) (?P<v>.+)",
+        ),
         ("job", " " + _NOW + r"(?:works?|working) as (?:an? )?(?P<v>.+)"),
         ("job", r"'s (?:job|role|position|job title|occupation) is (?:now )?(?:an? )?(?P<v>.+)"),
         ("favorite", r"'s (?:new )?favou?rite (?P<a>[\w -]+?) is (?:now )?(?P<v>.+)"),
-        ("partner", " " + _NOW + r"(?:is |am )?(?:married to|dating|engaged to|in a relationship with) (?P<v>.+)"),
+        (
+            "partner",
+            " "
+            + _NOW
+            + r"(?:is |am )?(?:married to|dating|engaged to|in a relationship with) (?P<v>.+)",
+        ),
         ("age", r" (?:is|am|turned) (?P<v>\d+)(?: years? old)?"),
         ("preference", " " + _NOW + r"(?:prefers?|preferring) (?P<v>.+?) (?:for|when) (?P<a>.+)"),
-        ("uses", " " + _NOW + r"(?:uses?|switched to|is using|am using) (?P<v>.+?) (?:for|as) (?P<a>.+)"),
+        (
+            "uses",
+            " " + _NOW + r"(?:uses?|switched to|is using|am using) (?P<v>.+?) (?:for|as) (?P<a>.+)",
+        ),
     )
 )
 # Where a value stops: time and reason clauses, asides, a second clause.
 _VALUE_END = re.compile(
     r"\s*(?:\(|,|;| - | \u2014 | and | but | because | since | after | before | from | with | "
     r"when | where | which | who | last | this | next | in (?:\d|january|february|march|april|"
-    r"may|june|july|august|september|october|november|december|the )|on \d| \d{4}\b| now$| these days$|"
-    r" anymore$| at the moment$).*$",
+    r"may|june|july|august|september|october|november|december|the )|on \d| \d{4}\b| now$|"
+    r" these days$| anymore$| at the moment$).*$",
     re.IGNORECASE,
 )
 _ARTICLE = re.compile(r"^(?:the|a|an|her|his|their|my|our|new) ", re.IGNORECASE)

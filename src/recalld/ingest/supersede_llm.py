@@ -22,8 +22,8 @@ from recalld.embeddings.openai_compat import (
     CONNECT_TIMEOUT_S,
     Failure,
     RetryPolicy,
-    client_options,
     classify_error,
+    client_options,
     endpoint_host,
 )
 from recalld.errors import IngestError
@@ -120,8 +120,7 @@ class LLMSupersessionDetector:
             wait = self.retry.delay(attempt, result.retry_after) if result.retryable else None
             if wait is None:
                 raise IngestError(
-                    f"supersession check with {self.model} at {self.host} failed: "
-                    f"{result.reason}",
+                    f"supersession check with {self.model} at {self.host} failed: {result.reason}",
                     data={"endpoint": self.host, "model": self.model, "reason": result.reason},
                 )
             await asyncio.sleep(wait)

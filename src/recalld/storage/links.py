@@ -72,7 +72,9 @@ async def add(conn: Any, links: Sequence[Link], origin: str = "user") -> int:
     )
     written = int(conn.total_changes - before)
     if any(r in ("supersedes", "contradicts") for _, _, r, _ in links):
-        await refresh_status(conn, [d for _, d, r, _ in links if r in ("supersedes", "contradicts")])
+        await refresh_status(
+            conn, [d for _, d, r, _ in links if r in ("supersedes", "contradicts")]
+        )
     return written
 
 
@@ -112,7 +114,8 @@ async def touching(conn: Any, chunk_ids: Sequence[int]) -> list[Link]:
     ids = json.dumps(list(chunk_ids))
     rows = await _fetchall(
         conn,
-        "SELECT src, dst, relation, weight FROM links WHERE src IN (SELECT value FROM json_each(?)) "
+        "SELECT src, dst, relation, weight FROM links "
+        "WHERE src IN (SELECT value FROM json_each(?)) "
         "UNION SELECT src, dst, relation, weight FROM links "
         "WHERE dst IN (SELECT value FROM json_each(?))",
         (ids, ids),
