@@ -15,6 +15,7 @@ import click
 from recalld import __version__
 from recalld.cli.admin import check, config, errors, status
 from recalld.cli.ingest import ingest, sources
+from recalld.cli.memories import edit, history, link
 from recalld.cli.search import forget, get, remember, search
 from recalld.cli.service import serve, service
 from recalld.errors import DaemonNotRunning, RecalldError
@@ -38,6 +39,9 @@ for command in (
     remember,
     get,
     forget,
+    edit,
+    history,
+    link,
     ingest,
     sources,
     status,
