@@ -17,6 +17,9 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from recalld.storage.readers import filter_sql
+from recalld.types import Filters
+
 RELATIONS: tuple[str, ...] = (
     "similar",
     "related",
@@ -182,3 +185,15 @@ async def rebuild_structure(conn: Any, document_id: int) -> None:
         ") WHERE nxt IS NOT NULL",
         (now, document_id),
     )
+
+
+async def matching(conn: Any, chunk_ids: Sequence[int], filters: Filters) -> set[int]:
+    """Which of `chunk_ids` pass a search's filters."""
+    where, params = filter_sql(filters)
+    rows = await _fetchall(
+        conn,
+        "SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id "
+        f"WHERE c.id IN (SELECT value FROM json_each(?)) AND {where}",
+        [json.dumps(list(chunk_ids)), *params],
+    )
+    return {int(r[0]) for r in rows}
