@@ -71,6 +71,7 @@ _VALUE_END = re.compile(
     re.IGNORECASE,
 )
 _ARTICLE = re.compile(r"^(?:the|a|an|her|his|their|my|our|new) ", re.IGNORECASE)
+_QUOTED = re.compile(r"^([A-Z][\w.-]*) said(?: that)?:? ")
 _SELF = {"i", "user", "the user", "me"}
 
 
@@ -98,9 +99,14 @@ def _clean_subject(subject: str) -> str:
 def claim(statement: str) -> Claim | None:
     """The claim a statement makes, or None when no pattern reads it."""
     text = " ".join(statement.replace("\u2019", "'").split()).rstrip(" .!")
-    # Heuristic facts quote their speaker: "Caroline said: ...".
-    text = re.sub(r"^(\S+) said(?: that)?:? ", "", text) if " said" in text[:40] else text
-    text = re.sub(r"^[Mm]y ", "User's ", re.sub(r"^I'm ", "I am ", text))
+    text = re.sub(r"^I'm ", "I am ", text)
+    # Heuristic facts quote their speaker: "Caroline said: I ..." is about Caroline.
+    quoted = _QUOTED.match(text)
+    if quoted is not None:
+        speaker, text = quoted.group(1), text[quoted.end() :]
+        text = re.sub(r"^I'm ", "I am ", text)
+        text = re.sub(r"^I\b", speaker, re.sub(r"^[Mm]y ", f"{speaker}'s ", text))
+    text = re.sub(r"^[Mm]y ", "User's ", text)
     for attribute, pattern in _PATTERNS:
         match = pattern.match(text)
         if match is None:
