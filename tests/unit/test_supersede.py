@@ -72,7 +72,7 @@ def test_llm_answers_are_validated() -> None:
         True,
     ]
     for bad in ("nope", "{}", json.dumps({"results": [{"pair": 3, "supersedes": True}]})):
-        with pytest.raises(Exception, match="answer|shape"):
+        with pytest.raises(Exception, match=r"answer|shape"):
             parse_answer(bad, 2)
 
 
