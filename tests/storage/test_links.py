@@ -184,9 +184,7 @@ async def test_memory_edit_keeps_history_and_moves_the_vector(tmp_path: Path) ->
         # Search finds the new text by keyword and by vector, not the old one.
         assert await store.read(lambda c: readers.fts(c, '"lisbon"', 5, Filters())) != []
         assert await store.read(lambda c: readers.fts(c, '"porto"', 5, Filters())) == []
-        [(nearest, distance)] = await store.read(
-            lambda c: readers.knn(c, new_vec, 1, Filters())
-        )
+        [(nearest, distance)] = await store.read(lambda c: readers.knn(c, new_vec, 1, Filters()))
         assert nearest == cid and distance == pytest.approx(0.0, abs=1e-5)
         # Forgetting the memory takes its history along.
         assert await store.write(lambda c: writer.delete_document(c, "memory:bbb"))

@@ -94,7 +94,17 @@ async def forget_by_query(ctx: Context, params: Params) -> dict[str, Any]:
         # Without filters only memories are candidates: a query should not take files along.
         filters = Filters(kinds=("memory",))
     # The searcher itself: a preview is not a retrieval, so it is not counted as one.
-    result = await ctx.memory.searcher.search(query, limit=limit, filters=filters)
+    searcher = ctx.memory.searcher
+    result = await searcher.search(query, limit=limit, filters=filters)
+    # Each match must stand on its own as the gate's evidence does (a keyword hit, or a vector
+    # closer than tau): a vector search always returns neighbours, related or not.
+    tau = searcher.settings.tau or searcher.calibration.tau
+    hits = [
+        h
+        for h in result.hits
+        if "bm25" in h.explain.get("routes", {})
+        or h.explain.get("routes", {}).get("vector", {}).get("similarity", 0.0) >= tau
+    ]
     matches = [
         {
             "id": h.chunk.id,
@@ -105,9 +115,9 @@ async def forget_by_query(ctx: Context, params: Params) -> dict[str, Any]:
             "text": h.chunk.text,
             "score": h.score,
         }
-        for h in result.hits
+        for h in hits
     ]
-    targets = tuple(dict.fromkeys((h.chunk.source, h.chunk.document_id) for h in result.hits))
+    targets = tuple(dict.fromkeys((h.chunk.source, h.chunk.document_id) for h in hits))
     out: dict[str, Any] = {"matches": matches, "sources": [s for s, _ in targets], "token": None}
     if targets:
         out["token"], out["expires_at"] = ctx.forgets.add(targets)
