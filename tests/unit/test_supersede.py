@@ -9,7 +9,7 @@ import pytest
 
 from recalld.config import load_settings
 from recalld.embeddings.openai_compat import RetryPolicy
-from recalld.errors import IngestError
+from recalld.errors import ConfigError, IngestError
 from recalld.ingest.supersede import Claim, claim, supersedes
 from recalld.ingest.supersede_llm import (
     LLMSupersessionDetector,
@@ -117,3 +117,5 @@ def test_llm_detector_only_with_the_facts_endpoint(tmp_path) -> None:
     assert supersession_detector(load_settings(None, env, url).settings) is not None
     rule = {**url, "links.supersede": "heuristic"}
     assert supersession_detector(load_settings(None, env, rule).settings) is None
+    with pytest.raises(ConfigError, match="links.supersede"):
+        supersession_detector(load_settings(None, env, {"links.supersede": "maybe"}).settings)

@@ -26,7 +26,7 @@ from recalld.embeddings.openai_compat import (
     client_options,
     endpoint_host,
 )
-from recalld.errors import IngestError
+from recalld.errors import ConfigError, IngestError
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 BATCH_PAIRS = 16
+SUPERSEDE_MODES = ("llm", "heuristic", "off")
 
 SYSTEM_PROMPT = """\
 You maintain a long-term memory. For each pair of statements, decide whether the newer one \
@@ -173,6 +174,11 @@ class LLMSupersessionDetector:
 def supersession_detector(settings: Settings) -> LLMSupersessionDetector | None:
     """The LLM detector when `links.supersede = "llm"` and the facts endpoint is configured."""
     facts = settings.facts
+    if settings.links.supersede not in SUPERSEDE_MODES:
+        raise ConfigError(
+            f"links.supersede must be one of {', '.join(SUPERSEDE_MODES)}, "
+            f"not {settings.links.supersede!r}"
+        )
     if settings.links.supersede != "llm" or not (facts.enabled and facts.base_url):
         return None
     return LLMSupersessionDetector(
