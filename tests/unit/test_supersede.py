@@ -117,5 +117,5 @@ def test_llm_detector_only_with_the_facts_endpoint(tmp_path) -> None:
     assert supersession_detector(load_settings(None, env, url).settings) is not None
     rule = {**url, "links.supersede": "heuristic"}
     assert supersession_detector(load_settings(None, env, rule).settings) is None
-    with pytest.raises(ConfigError, match="links.supersede"):
+    with pytest.raises(ConfigError, match=r"links\.supersede"):
         supersession_detector(load_settings(None, env, {"links.supersede": "maybe"}).settings)
