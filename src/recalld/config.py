@@ -157,7 +157,7 @@ class SearchSettings:
 class LinkSettings:
     """Links made at ingest (issue 8): near-duplicates and knowledge updates."""
 
-    auto: bool = True  # parent / temporal links are always made; this adds similar + supersedes
+    auto: bool = True  # every auto link: parent, temporal, similar, supersedes
     similar_threshold: float = 0.9  # cosine similarity for a `similar` link
     similar_k: int = 5  # nearest existing chunks looked at per new chunk
     granularities: tuple[str, ...] = ("fact", "memory")  # which new chunks are compared

@@ -279,7 +279,9 @@ class Ingestor:
             async def write(
                 conn: object, row: writer.NewDocument = row, chunks: list[writer.NewChunk] = chunks
             ) -> int:
-                doc_id = await writer.replace_document(conn, row, chunks)
+                doc_id = await writer.replace_document(
+                    conn, row, chunks, structure_links=self.linker.settings.auto
+                )
                 await writer.clear_errors(conn, row.source)
                 return doc_id
 

@@ -75,8 +75,12 @@ async def _fetchall(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any
         return list(await cursor.fetchall())
 
 
-async def replace_document(conn: Any, doc: NewDocument, chunks: Sequence[NewChunk]) -> int:
+async def replace_document(
+    conn: Any, doc: NewDocument, chunks: Sequence[NewChunk], *, structure_links: bool = True
+) -> int:
     """Replace a document and its chunks in the caller's transaction.
+
+    With `structure_links`, the document's `parent` and `temporal` links are made too.
 
     Returns:
         The document id.
@@ -175,7 +179,8 @@ async def replace_document(conn: Any, doc: NewDocument, chunks: Sequence[NewChun
         [(ids_by_key[p], cid) for cid, p in parents if p in ids_by_key],
     )
     # Links in the same transaction, so a search never sees a document without them (issue 8).
-    await links.rebuild_structure(conn, doc_id)
+    if structure_links:
+        await links.rebuild_structure(conn, doc_id)
     found: list[links.Link] = []
     for chunk in chunks:
         for relation, target, weight in chunk.links:
