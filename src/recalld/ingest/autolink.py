@@ -35,6 +35,7 @@ from recalld.types import ChunkDraft, Filters
 logger = logging.getLogger(__name__)
 
 _BLOCK = 1024
+LLM_CANDIDATES = 2  # per new chunk, when the LLM judges
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +111,16 @@ class AutoLinker:
                     and _newer(drafts[i].event_time, cand.event_time)
                 ):
                     pairs.append((i, cand))
+        if self.detector is not None:
+            # Each pair is paid for: the model sees only each chunk's closest candidates.
+            pairs.sort(key=lambda p: (p[0], -p[1].similarity))
+            ranks: dict[int, int] = {}
+            kept = []
+            for i, cand in pairs:
+                ranks[i] = ranks.get(i, 0) + 1
+                if ranks[i] <= LLM_CANDIDATES:
+                    kept.append((i, cand))
+            pairs = kept
         for (i, cand), verdict in zip(pairs, await self._judge(drafts, pairs), strict=True):
             if verdict:
                 out[i].append(("supersedes", cand.target, 1.0))
