@@ -224,3 +224,10 @@ async def test_only_memories_can_be_edited_and_texts_stay_unique(store: Store) -
     with pytest.raises(IngestError, match="already holds"):
         await store.write(update(mid, "file.md"))
     assert json.loads("[]") == await store.read(lambda c: history.history_of(c, mid))
+
+
+def test_the_cli_knows_the_same_relations() -> None:
+    # The CLI keeps its own copy so that it need not import storage (start-up cost).
+    from recalld.cli.memories import RELATIONS
+
+    assert RELATIONS == links.RELATIONS

@@ -9,6 +9,7 @@ import click
 from recalld.cli.common import client_command, pass_client
 from recalld.cli.output import emit, snippet, table, when
 from recalld.client import Client
+from recalld.types import MEMORY_TYPES
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -24,7 +25,6 @@ RELATIONS = (
     "temporal",
     "parent",
 )
-MEMORY_TYPES = ("episodic", "semantic", "procedural", "preference")
 
 
 @click.command()

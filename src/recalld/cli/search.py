@@ -9,7 +9,7 @@ import click
 from recalld.cli.common import client_command, pass_client
 from recalld.cli.output import emit, snippet, table, when
 from recalld.client import Client
-from recalld.types import GRANULARITIES, KINDS
+from recalld.types import GRANULARITIES, KINDS, MEMORY_TYPES
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -106,9 +106,10 @@ def search(
 @click.option(
     "--type",
     "memory_type",
+    type=click.Choice(MEMORY_TYPES),
     default="semantic",
     show_default=True,
-    help="Memory type (semantic, episodic, procedural, ...).",
+    help="Memory type.",
 )
 @click.option("--tag", "tags", multiple=True, help="A tag; repeat for more.")
 @click.option("--importance", type=click.FloatRange(0, 1), default=0.5, show_default=True)
