@@ -74,3 +74,18 @@ async def _chunk_id(memory: AsyncMemory, document_id: int | None) -> int:
 
     [chunk] = await memory.store.read(lambda c: readers.neighbours(c, document_id, 0, 0))
     return chunk.id
+
+
+async def test_unfiltered_knn_fallback_still_finds_links(tmp_path: Path) -> None:
+    overrides = {"embed.model": "hash:64", "links.similar_threshold": "0.8"}
+    settings = load_settings(None, {"RECALLD_HOME": str(tmp_path)}, overrides).settings
+    async with await AsyncMemory.open(settings, embedder=HashEmbedder(64)) as memory:
+        await memory.add_text("# Notes\n\nThe otter sleeps in the reeds.", source="n.md")
+        first = await memory.remember("The otter sleeps in the reeds by the river")
+        # As after a failed filtered KNN: the wider unfiltered search, filtered here.
+        memory.ingestor.linker._unfiltered = True
+        second = await memory.remember("The otter sleeps in the reeds by the river!")
+        ids = [await _chunk_id(memory, r.document_id) for r in (first, second)]
+        found = await memory.store.read(lambda c: links.of(c, ids[1], "similar", "out"))
+        # Only the memory: the document chunk is as similar but of another granularity.
+        assert [x["dst"] for x in found] == [ids[0]]

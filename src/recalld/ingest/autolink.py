@@ -19,6 +19,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +29,7 @@ from recalld.errors import IngestError
 from recalld.ingest import supersede
 from recalld.ingest.supersede_llm import LLMSupersessionDetector
 from recalld.storage import readers
+from recalld.storage.connection import OperationalError
 from recalld.storage.store import Store
 from recalld.storage.writer import AutoLink
 from recalld.types import ChunkDraft, Filters
@@ -35,6 +37,7 @@ from recalld.types import ChunkDraft, Filters
 logger = logging.getLogger(__name__)
 
 _BLOCK = 1024
+_WIDEN = 4  # unfiltered KNN looks this many times further
 LLM_CANDIDATES = 2  # per new chunk, when the LLM judges
 
 
@@ -78,6 +81,7 @@ class AutoLinker:
         self.settings = settings
         self.detector = detector
         self.counts = {"similar": 0, "supersedes": 0}
+        self._unfiltered = False
 
     async def links_for(
         self,
@@ -145,8 +149,7 @@ class AutoLinker:
             for i in picked:
                 vector = vectors[i]
                 assert vector is not None
-                grans = (drafts[i].granularity,)
-                found[i] = await readers.knn(conn, vector, k, Filters(granularities=grans))
+                found[i] = await self._knn(conn, vector, drafts[i].granularity, k)
             ids = sorted({cid for hits in found.values() for cid, _ in hits})
             chunks = await readers.chunks_by_id(conn, ids)
         out: dict[int, list[_Candidate]] = {}
@@ -155,9 +158,25 @@ class AutoLinker:
                 _Candidate(cid, chunks[cid].text, chunks[cid].event_time, 1.0 - dist)
                 for cid, dist in hits
                 # The document's own stored chunks are being replaced: its new drafts stand in.
-                if cid in chunks and chunks[cid].document_id != document_id
-            ]
+                if cid in chunks
+                and chunks[cid].document_id != document_id
+                and chunks[cid].granularity == drafts[i].granularity
+            ][:k]
         return out
+
+    async def _knn(
+        self, conn: Any, vector: npt.NDArray[np.float32], granularity: str, k: int
+    ) -> list[tuple[int, float]]:
+        if not self._unfiltered:
+            try:
+                return await readers.knn(conn, vector, k, Filters(granularities=(granularity,)))
+            except OperationalError as exc:
+                # Seen once on a 7k-chunk store under bench ingest: sqlite-vec 0.1 failed to
+                # open a metadata chunk ("Could not open metadata blob"). Links are a bonus:
+                # search unfiltered (wider, then filtered here) rather than fail the ingest.
+                logger.warning("filtered KNN failed (%s); auto links search unfiltered", exc)
+                self._unfiltered = True
+        return await readers.knn(conn, vector, k * _WIDEN, Filters())
 
     def _within(
         self,
