@@ -12,6 +12,7 @@ import pytest
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.embeddings.base import HashEmbedder
+from recalld.ingest import autolink
 from recalld.storage import links, readers
 from tests.helpers.fake_openai import FakeOpenAI, Reply
 
@@ -76,7 +77,10 @@ async def _chunk_id(memory: AsyncMemory, document_id: int | None) -> int:
     return chunk.id
 
 
-async def test_unfiltered_knn_fallback_still_finds_links(tmp_path: Path) -> None:
+async def test_unfiltered_knn_fallback_still_finds_links(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(autolink, "EXACT_BELOW", -1)  # a large store: one KNN per chunk
     overrides = {"embed.model": "hash:64", "links.similar_threshold": "0.8"}
     settings = load_settings(None, {"RECALLD_HOME": str(tmp_path)}, overrides).settings
     async with await AsyncMemory.open(settings, embedder=HashEmbedder(64)) as memory:
@@ -89,3 +93,22 @@ async def test_unfiltered_knn_fallback_still_finds_links(tmp_path: Path) -> None
         found = await memory.store.read(lambda c: links.of(c, ids[1], "similar", "out"))
         # Only the memory: the document chunk is as similar but of another granularity.
         assert [x["dst"] for x in found] == [ids[0]]
+
+
+async def test_large_store_knn_path_finds_the_same_links(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    texts = ["The heron fishes at dawn on the lake", "The heron fishes at dawn on the lake!"]
+    found = []
+    for below in (20_000, -1):  # the matrix product, then one KNN per new chunk
+        monkeypatch.setattr(autolink, "EXACT_BELOW", below)
+        overrides = {"embed.model": "hash:64", "links.similar_threshold": "0.8"}
+        home = tmp_path / str(below)
+        settings = load_settings(None, {"RECALLD_HOME": str(home)}, overrides).settings
+        async with await AsyncMemory.open(settings, embedder=HashEmbedder(64)) as memory:
+            reports = [await memory.remember(t) for t in texts]
+            ids = [await _chunk_id(memory, r.document_id) for r in reports]
+            newest = ids[1]
+            out = await memory.store.read(lambda c, n=newest: links.of(c, n, "similar", "out"))
+            found.append([(x["dst"] == ids[0], x["weight"]) for x in out])
+    assert found[0] == found[1] and found[0][0][0] is True

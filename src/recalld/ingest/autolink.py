@@ -38,6 +38,10 @@ logger = logging.getLogger(__name__)
 
 _BLOCK = 1024
 _WIDEN = 4  # unfiltered KNN looks this many times further
+# Below this many stored chunks of a granularity, new chunks are compared with all of them in
+# one matrix product (a 384-d float copy each: 30 MB at the limit, read once per document);
+# above it, one KNN per new chunk (the store's vector cascade, issue 7).
+EXACT_BELOW = 20_000
 LLM_CANDIDATES = 2  # per new chunk, when the LLM judges
 
 
@@ -49,6 +53,46 @@ class _Candidate:
     text: str
     event_time: float | None
     similarity: float
+
+
+async def _granularity_vectors(
+    conn: Any, granularity: str, document_id: int | None
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]] | None:
+    """The stored vectors of one granularity outside a document, when there are at most
+    `EXACT_BELOW` of them (None: more, use the store's KNN)."""
+    rows = await readers.fetchall(
+        conn, "SELECT count(*) FROM chunks WHERE granularity = ?", (granularity,)
+    )
+    if int(rows[0][0]) > EXACT_BELOW:
+        return None
+    rows = await readers.fetchall(
+        conn,
+        "SELECT c.id, f.embedding FROM chunks c JOIN vector_floats f ON f.chunk_id = c.id "
+        "WHERE c.granularity = ? AND c.document_id IS NOT ?",
+        (granularity, document_id),
+    )
+    ids = np.array([int(r[0]) for r in rows], dtype=np.int64)
+    matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
+    return ids, matrix.reshape(len(rows), -1) if rows else matrix.reshape(0, 0)
+
+
+def _top_k(
+    query: npt.NDArray[np.float32],
+    ids: npt.NDArray[np.int64],
+    matrix: npt.NDArray[np.float32],
+    k: int,
+) -> list[list[tuple[int, float]]]:
+    """Each query row's `k` nearest stored vectors as `(chunk id, cosine distance)`."""
+    if not len(ids):
+        return [[] for _ in range(len(query))]
+    sims = _unit(query) @ _unit(matrix).T
+    k = min(k, len(ids))
+    best = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+    out = []
+    for row, cols in zip(sims, best, strict=True):
+        order = cols[np.argsort(-row[cols])]
+        out.append([(int(ids[c]), float(1.0 - row[c])) for c in order])
+    return out
 
 
 def _newer(new_time: float | None, old_time: float | None) -> bool:
@@ -146,10 +190,19 @@ class AutoLinker:
         async with self.store.reading() as conn:
             if await readers.chunk_total(conn) == 0:
                 return {i: [] for i in picked}
-            for i in picked:
-                vector = vectors[i]
-                assert vector is not None
-                found[i] = await self._knn(conn, vector, drafts[i].granularity, k)
+            for gran in sorted({drafts[i].granularity for i in picked}):
+                rows = [i for i in picked if drafts[i].granularity == gran]
+                stored = await _granularity_vectors(conn, gran, document_id)
+                if stored is not None:
+                    # Few enough to compare all at once: one matrix product, no KNN per chunk.
+                    query = np.stack([np.asarray(vectors[i], dtype=np.float32) for i in rows])
+                    top = await asyncio.to_thread(_top_k, query, *stored, k)
+                    found.update(zip(rows, top, strict=True))
+                    continue
+                for i in rows:
+                    vector = vectors[i]
+                    assert vector is not None
+                    found[i] = await self._knn(conn, vector, gran, k)
             ids = sorted({cid for hits in found.values() for cid, _ in hits})
             chunks = await readers.chunks_by_id(conn, ids)
         out: dict[int, list[_Candidate]] = {}
