@@ -23,9 +23,10 @@ from recalld.errors import NotFoundError, QueryError
 from recalld.ingest.facts_llm import fact_extractor
 from recalld.ingest.pipeline import Ingestor, IngestReport
 from recalld.ingest.reindex import Reindexer
+from recalld.ingest.supersede_llm import supersession_detector
 from recalld.retrieval import gate
 from recalld.retrieval.search import Searcher
-from recalld.storage import readers, writer
+from recalld.storage import history, links, readers, writer
 from recalld.storage.store import Store, stored_model
 from recalld.types import NO_FILTERS, Chunk, Filters, SearchResult
 
@@ -61,6 +62,7 @@ class AsyncMemory:
         self.embedder = embedder
         self._owns_embedder = owns_embedder
         self._facts = fact_extractor(settings)
+        self._supersession = supersession_detector(settings)
         self.ingestor = Ingestor(
             store,
             embedder,
@@ -68,6 +70,8 @@ class AsyncMemory:
             settings.daemon.max_file_mb * 2**20,
             settings.embed.batch_size,
             facts=self._facts,
+            links=settings.links,
+            supersession=self._supersession,
         )
         self.searcher = Searcher(
             store, embedder, settings.search, calibration, settings.embed.query_cache
@@ -207,6 +211,62 @@ class AsyncMemory:
         self._spawn(self.store.write(lambda c: writer.count_use(c, [chunk_id], retrieval=False)))
         return found[chunk_id]
 
+    async def update(self, chunk_id: int, edit: history.MemoryEdit) -> int:
+        """Edit a memory; its earlier version is kept (see `history`). Returns the new version.
+
+        Raises:
+            NotFoundError: No memory has this id.
+            IngestError: Empty text, unknown type, or another memory holds the new text.
+        """
+        return await self.ingestor.update_memory(chunk_id, edit)
+
+    async def history(self, chunk_id: int) -> list[dict[str, Any]]:
+        """A memory's earlier versions, oldest first (empty for one never edited).
+
+        Raises:
+            NotFoundError: No chunk has this id.
+        """
+        await self._require(chunk_id)
+        return await self.store.read(lambda c: history.history_of(c, chunk_id))
+
+    async def link(self, src: int, dst: int, relation: str, weight: float = 1.0) -> None:
+        """Link two chunks (`src` <relation> `dst`); `supersedes` / `contradicts` set the
+        target's status.
+
+        Raises:
+            NotFoundError: Either chunk does not exist.
+            QueryError: Unknown relation, a weight outside 0..1, or a chunk linked to itself.
+        """
+        if relation not in links.RELATIONS or not 0.0 <= weight <= 1.0 or src == dst:
+            raise QueryError(
+                f"a link needs two different chunks, a relation among "
+                f"{', '.join(links.RELATIONS)} and a weight between 0 and 1",
+                data={"relation": relation, "weight": weight},
+            )
+        await self._require(src, dst)
+        await self.store.write(lambda c: links.add(c, [(src, dst, relation, weight)]))
+
+    async def unlink(self, src: int, dst: int, relation: str | None = None) -> int:
+        """Remove the links from `src` to `dst` (one relation, or all). Returns how many."""
+        return await self.store.write(lambda c: links.remove(c, src, dst, relation))
+
+    async def links(
+        self, chunk_id: int, relation: str | None = None, direction: str = "both"
+    ) -> list[dict[str, Any]]:
+        """The links of a chunk (`out`, `in` or `both`).
+
+        Raises:
+            NotFoundError: No chunk has this id.
+        """
+        await self._require(chunk_id)
+        return await self.store.read(lambda c: links.of(c, chunk_id, relation, direction))
+
+    async def _require(self, *chunk_ids: int) -> None:
+        found = await self.store.read(lambda c: readers.chunks_by_id(c, list(chunk_ids)))
+        for chunk_id in chunk_ids:
+            if chunk_id not in found:
+                raise NotFoundError(f"no chunk with id {chunk_id}", data={"id": chunk_id})
+
     async def forget(self, source: str) -> bool:
         """Remove a document or memory by its source. Returns whether it existed."""
         return await self.ingestor.forget(source)
@@ -237,6 +297,8 @@ class AsyncMemory:
         await self.store.close()
         if self._facts is not None:
             await self._facts.aclose()
+        if self._supersession is not None:
+            await self._supersession.aclose()
         close = getattr(self.embedder, "close", None)
         if self._owns_embedder and close is not None:
             await asyncio.to_thread(close)
@@ -298,6 +360,28 @@ class Memory:
     def get(self, chunk_id: int) -> Chunk:
         """See `AsyncMemory.get`."""
         return self._run(self._memory.get(chunk_id))
+
+    def update(self, chunk_id: int, edit: history.MemoryEdit) -> int:
+        """See `AsyncMemory.update`."""
+        return self._run(self._memory.update(chunk_id, edit))
+
+    def history(self, chunk_id: int) -> list[dict[str, Any]]:
+        """See `AsyncMemory.history`."""
+        return self._run(self._memory.history(chunk_id))
+
+    def link(self, src: int, dst: int, relation: str, weight: float = 1.0) -> None:
+        """See `AsyncMemory.link`."""
+        self._run(self._memory.link(src, dst, relation, weight))
+
+    def unlink(self, src: int, dst: int, relation: str | None = None) -> int:
+        """See `AsyncMemory.unlink`."""
+        return self._run(self._memory.unlink(src, dst, relation))
+
+    def links(
+        self, chunk_id: int, relation: str | None = None, direction: str = "both"
+    ) -> list[dict[str, Any]]:
+        """See `AsyncMemory.links`."""
+        return self._run(self._memory.links(chunk_id, relation, direction))
 
     def forget(self, source: str) -> bool:
         """See `AsyncMemory.forget`."""

@@ -143,6 +143,27 @@ class SearchSettings:
     recency_half_life_days: float = 0.0  # 0: recency off
     importance_weight: float = 0.0
     frequency_weight: float = 0.0
+    # Spreading activation over links from the fused hits (OpenMem; retrieval/activation.py).
+    activation: bool = False
+    activation_hops: int = 2
+    activation_decay: float = 0.5
+    activation_seeds: int = 10
+    # OpenMem's status penalty (superseded x0.5, contradicted x0.3) unless the query asks
+    # about the past (retrieval/status.py).
+    status_penalty: bool = True
+
+
+@dataclass(frozen=True)
+class LinkSettings:
+    """Links made at ingest (issue 8): near-duplicates and knowledge updates."""
+
+    auto: bool = True  # every auto link: parent, temporal, similar, supersedes
+    similar_threshold: float = 0.9  # cosine similarity for a `similar` link
+    similar_k: int = 5  # nearest existing chunks looked at per new chunk
+    granularities: tuple[str, ...] = ("fact", "memory")  # which new chunks are compared
+    # Knowledge updates: `heuristic`, `llm` (the facts endpoint, heuristic without one), `off`.
+    supersede: str = "llm"
+    supersede_similarity: float = 0.5  # candidates must be at least this similar
 
 
 @dataclass(frozen=True)
@@ -167,6 +188,7 @@ class Settings:
     chunk: ChunkSettings = field(default_factory=ChunkSettings)
     facts: FactsSettings = field(default_factory=FactsSettings)
     search: SearchSettings = field(default_factory=SearchSettings)
+    links: LinkSettings = field(default_factory=LinkSettings)
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
 
     @property

@@ -16,6 +16,9 @@ Granularity = Literal["chunk", "session", "round", "fact", "memory"]
 Tier = Literal["high", "medium", "low"]
 
 KINDS: tuple[str, ...] = ("text", "code", "conversation", "memory")
+# The memory types of issue 8: MemX's data model types its memories, and its examples use
+# `semantic` and `procedural` (tag signatures such as `procedural::ops|release`).
+MEMORY_TYPES: tuple[str, ...] = ("episodic", "semantic", "procedural", "preference")
 GRANULARITIES: tuple[str, ...] = ("chunk", "session", "round", "fact", "memory")
 
 

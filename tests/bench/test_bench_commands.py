@@ -103,3 +103,30 @@ def test_locomo_command_reports_categories_and_rejection(tmp_path: Path):
     assert full["overall"]["questions"] == 2
     assert 0.0 <= full["adversarial"]["rejected"] <= 1.0
     assert report["modes"]["bm25"]["single-hop"]["recall@10"] == 1.0
+
+
+def test_links_command_compares_auto_links_on_and_off(tmp_path: Path):
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    make_locomo(folder / "a.json")
+    (folder / "note.md").write_text("# Ana\n\nAna adopted a puppy called Biscuit.\n")
+    result = CliRunner().invoke(
+        main,
+        [
+            "links",
+            str(folder),
+            "--rounds",
+            "1",
+            "--json",
+            "--results",
+            str(tmp_path / "out"),
+            "--set",
+            "embed.model=hash:64",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["files"] == 2 and report["chunks"] > 0
+    # Parent and temporal links with links on; none at all with them off.
+    assert report["links_on"]["links"] > 0 and report["links_off"]["links"] == 0
+    assert report["store_ratio"] > 0 and report["ingest_ratio"] > 0

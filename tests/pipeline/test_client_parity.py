@@ -66,3 +66,30 @@ async def test_same_answers(daemon: Running) -> None:
             assert await aio.sources_list() == await asyncio.to_thread(sync.sources_list)
             assert await aio.errors() == await asyncio.to_thread(sync.errors)
             assert (await aio.config_show()) == await asyncio.to_thread(sync.config_show)
+
+            # Links, history and forget-by-query previews (issue 8).
+            other = await aio.remember("Parity: the keeper's lamp oil")
+            pair = (other["id"], saved["id"])
+            assert await aio.link(*pair, "related") == await asyncio.to_thread(
+                sync.link, *pair, "related"
+            )
+            assert await aio.links(saved["id"]) == await asyncio.to_thread(sync.links, saved["id"])
+            await aio.update(other["id"], importance=0.8)
+            await asyncio.to_thread(sync.update, other["id"], importance=0.9)
+            assert await aio.history(other["id"]) == await asyncio.to_thread(
+                sync.history, other["id"]
+            )
+            previews = [
+                await aio.forget_query("lighthouse keeper"),
+                await asyncio.to_thread(sync.forget_query, "lighthouse keeper"),
+            ]
+            tokens = [p.pop("token") for p in previews]
+            for p in previews:
+                p.pop("expires_at")
+            assert previews[0] == previews[1] and tokens[0] != tokens[1]
+            assert await aio.unlink(*pair) == {"removed": 1}
+            assert await asyncio.to_thread(sync.forget_confirm, tokens[1]) == {
+                "forgotten": previews[0]["sources"],
+                "skipped": [],
+            }
+            assert (await aio.forget_confirm(tokens[0]))["skipped"] == previews[0]["sources"]

@@ -399,6 +399,28 @@ def reindex(
         )
 
 
+@main.command("links")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--rounds", type=click.IntRange(1, 20), default=3, show_default=True)
+@REPORT_OPTIONS
+def links(folder: Path, rounds: int, sets: tuple[str, ...], results: Path, as_json: bool) -> None:
+    """Ingest time with auto links on and off, in one process (issue 8)."""
+    from recalld.bench import links as links_bench
+
+    report = asyncio.run(links_bench.run(folder, _overrides(sets), rounds))
+    header = ["links", "seconds", "chunks/s", "links made"]
+    rows = [
+        [label, report[key]["seconds"], report[key]["chunks_per_s"], report[key]["links"]]
+        for label, key in (("on", "links_on"), ("off", "links_off"))
+    ]
+    _emit("links", report, as_json, results, rows, header)
+    if not as_json:
+        click.echo(
+            f"store work on/off: {report['store_ratio']}; whole ingest with the model's "
+            f"{report['model_seconds']} s: {report['ingest_ratio']}"
+        )
+
+
 @main.command("plot")
 @click.argument(
     "reports", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)

@@ -16,6 +16,7 @@ from recalld import __version__
 from recalld.cli.admin import check, config, errors, status
 from recalld.cli.ingest import ingest, sources
 from recalld.cli.mcp_command import mcp
+from recalld.cli.memories import edit, history, link
 from recalld.cli.models import models, reindex
 from recalld.cli.search import forget, get, remember, search
 from recalld.cli.service import serve, service
@@ -41,6 +42,9 @@ for command in (
     remember,
     get,
     forget,
+    edit,
+    history,
+    link,
     ingest,
     sources,
     status,

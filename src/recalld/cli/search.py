@@ -9,7 +9,7 @@ import click
 from recalld.cli.common import client_command, pass_client
 from recalld.cli.output import emit, snippet, table, when
 from recalld.client import Client
-from recalld.types import GRANULARITIES, KINDS
+from recalld.types import GRANULARITIES, KINDS, MEMORY_TYPES
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -106,9 +106,10 @@ def search(
 @click.option(
     "--type",
     "memory_type",
+    type=click.Choice(MEMORY_TYPES),
     default="semantic",
     show_default=True,
-    help="Memory type (semantic, episodic, procedural, ...).",
+    help="Memory type.",
 )
 @click.option("--tag", "tags", multiple=True, help="A tag; repeat for more.")
 @click.option("--importance", type=click.FloatRange(0, 1), default=0.5, show_default=True)
@@ -164,11 +165,51 @@ def get(client: Client, chunk_id: int, as_json: bool) -> None:
 @click.command()
 @click.argument("source", required=False)
 @click.option("--id", "chunk_id", type=int, help="Forget the document holding this chunk.")
+@click.option("--query", "-q", help="Forget what this search finds (memories unless --kind).")
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS), help="With --query.")
+@click.option("--limit", "-n", type=click.IntRange(1, 100), help="With --query: at most N hits.")
+@click.option("--yes", "-y", is_flag=True, help="With --query: do not ask for confirmation.")
 @client_command
 @pass_client
-def forget(client: Client, source: str | None, chunk_id: int | None, as_json: bool) -> None:
-    """Remove a document or memory by SOURCE (a path or memory:…), or by --id."""
-    if (source is None) == (chunk_id is None):
-        raise click.UsageError("pass a SOURCE or --id ID (one of them)")
-    result = client.forget(source, chunk_id=chunk_id)
-    emit(result, as_json, lambda out: out.print(f"Forgot {result['source']}."))
+def forget(
+    client: Client,
+    source: str | None,
+    chunk_id: int | None,
+    query: str | None,
+    kinds: tuple[str, ...],
+    limit: int | None,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Remove a document or memory by SOURCE (a path or memory:…), by --id, or by --query.
+
+    --query shows what it would remove and asks first (--yes skips the question).
+    """
+    if sum(x is not None for x in (source, chunk_id, query)) != 1:
+        raise click.UsageError("pass a SOURCE, --id ID or --query TEXT (one of them)")
+    if query is None:
+        result = client.forget(source, chunk_id=chunk_id)
+        emit(result, as_json, lambda out: out.print(f"Forgot {result['source']}."))
+        return
+    plan = client.forget_query(query, limit=limit, filters={"kinds": list(kinds)})
+    if not plan["matches"]:
+        emit({**plan, "forgotten": []}, as_json, lambda out: out.print("Nothing matches."))
+        return
+    if not as_json or not yes:
+        rows = [
+            (m["id"], f"{m['kind']}/{m['granularity']}", m["source"], snippet(m["text"]))
+            for m in plan["matches"]
+        ]
+        from recalld.cli.output import console
+
+        out = console(stderr=as_json)
+        table(out, ["id", "kind", "source", "text"], rows, title="would forget")
+    sources = plan["sources"]
+    if not yes and not click.confirm(f"Forget these {len(sources)} source(s)?", err=True):
+        raise click.exceptions.Abort
+    result = client.forget_confirm(plan["token"])
+    emit(
+        {**plan, **result},
+        as_json,
+        lambda out: out.print(f"Forgot {len(result['forgotten'])} source(s)."),
+    )

@@ -18,10 +18,13 @@ from recalld.client.base import (
     error_from_object,
     export_sink,
     forget_params,
+    forget_query_params,
+    link_params,
     not_running,
     remember_params,
     search_params,
     socket_from_env,
+    update_params,
 )
 from recalld.errors import DaemonError
 
@@ -182,6 +185,73 @@ class AsyncClient:
     ) -> dict[str, Any]:
         """Remove a document or memory by source, or the one holding a chunk."""
         result: dict[str, Any] = await self.call("forget", forget_params(source, chunk_id))
+        return result
+
+    async def forget_query(
+        self,
+        query: str,
+        *,
+        limit: int | None = None,
+        filters: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Preview what `query` would forget (memories only unless `filters` say otherwise):
+        the matches and a `token`; nothing is removed until `forget_confirm(token)`."""
+        result: dict[str, Any] = await self.call(
+            "forget", forget_query_params(query, limit, filters)
+        )
+        return result
+
+    async def forget_confirm(self, token: str) -> dict[str, Any]:
+        """Remove exactly what the `forget_query` that gave `token` listed."""
+        result: dict[str, Any] = await self.call("forget", {"token": token})
+        return result
+
+    async def update(
+        self,
+        chunk_id: int,
+        *,
+        text: str | None = None,
+        memory_type: str | None = None,
+        tags: Sequence[str] | None = None,
+        importance: float | None = None,
+        event_time: float | str | None = None,
+    ) -> dict[str, Any]:
+        """Edit a memory; the replaced version is kept in its history."""
+        result: dict[str, Any] = await self.call(
+            "memories/update",
+            update_params(chunk_id, text, memory_type, tags, importance, event_time),
+        )
+        return result
+
+    async def history(self, chunk_id: int) -> dict[str, Any]:
+        """A memory's current text and earlier versions."""
+        result: dict[str, Any] = await self.call("memories/history", {"id": chunk_id})
+        return result
+
+    async def link(
+        self, src: int, dst: int, relation: str, *, weight: float = 1.0
+    ) -> dict[str, Any]:
+        """Link two chunks: `src` <relation> `dst`."""
+        result: dict[str, Any] = await self.call(
+            "links/add", link_params(src, dst, relation, weight)
+        )
+        return result
+
+    async def links(
+        self, chunk_id: int, *, relation: str | None = None, direction: str = "both"
+    ) -> list[dict[str, Any]]:
+        """The links of a chunk (`in`, `out` or `both`)."""
+        params: dict[str, Any] = {"id": chunk_id, "direction": direction}
+        if relation is not None:
+            params["relation"] = relation
+        result: list[dict[str, Any]] = (await self.call("links/list", params))["links"]
+        return result
+
+    async def unlink(self, src: int, dst: int, *, relation: str | None = None) -> dict[str, Any]:
+        """Remove the links from `src` to `dst` (one relation, or all)."""
+        result: dict[str, Any] = await self.call(
+            "links/remove", link_params(src, dst, relation, None)
+        )
         return result
 
     async def ingest(

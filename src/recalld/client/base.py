@@ -153,3 +153,48 @@ def export_sink(
             on_progress({k: v for k, v in params.items() if k != "lines"})
 
     return sink
+
+
+def update_params(
+    chunk_id: int,
+    text: str | None,
+    memory_type: str | None,
+    tags: Sequence[str] | None,
+    importance: float | None,
+    event_time: float | str | None,
+) -> dict[str, Any]:
+    """Params of `memories/update`, leaving out what is unchanged."""
+    params: dict[str, Any] = {"id": chunk_id}
+    for name, value in (
+        ("text", text),
+        ("type", memory_type),
+        ("importance", importance),
+        ("event_time", event_time),
+    ):
+        if value is not None:
+            params[name] = value
+    if tags is not None:
+        params["tags"] = list(tags)
+    return params
+
+
+def link_params(src: int, dst: int, relation: str | None, weight: float | None) -> dict[str, Any]:
+    """Params of `links/add` and `links/remove`."""
+    params: dict[str, Any] = {"src": src, "dst": dst}
+    if relation is not None:
+        params["relation"] = relation
+    if weight is not None:
+        params["weight"] = weight
+    return params
+
+
+def forget_query_params(
+    query: str, limit: int | None, filters: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    """Params of `forget` by query (the preview step)."""
+    params: dict[str, Any] = {"query": query}
+    if limit is not None:
+        params["limit"] = limit
+    if filters:
+        params["filters"] = {k: v for k, v in filters.items() if v not in (None, (), [])}
+    return params

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from recalld import __version__, protocol
 from recalld.config import LoadedSettings, settings_as_dict
-from recalld.daemon import models, transfer
+from recalld.daemon import memories, models, transfer
 from recalld.daemon.params import InvalidParams, Params
 from recalld.daemon.sources import SourceRegistry, source_dict
 from recalld.errors import NotFoundError, RecalldError
@@ -31,7 +31,7 @@ from recalld.ingest.watcher import SOURCE_KINDS
 from recalld.retrieval.search import MODES
 from recalld.storage import check, readers, repair
 from recalld.storage.schema import SCHEMA_VERSION
-from recalld.types import GRANULARITIES, KINDS, Chunk, Filters, Hit
+from recalld.types import GRANULARITIES, KINDS, MEMORY_TYPES, Chunk, Filters, Hit
 
 if TYPE_CHECKING:
     # Only for annotations: importing them pulls in the chunkers and the embedders.
@@ -65,6 +65,7 @@ class Context:
     sources_changed: Callable[[], None]
     started: float = field(default_factory=time.monotonic)
     started_at: float = field(default_factory=time.time)
+    forgets: memories.PendingForgets = field(default_factory=memories.PendingForgets)
 
 
 def chunk_dict(chunk: Chunk) -> dict[str, Any]:
@@ -176,6 +177,8 @@ async def remember(ctx: Context, params: Params, progress: Progress) -> Any:
     """Store a memory written directly; returns its chunk id."""
     text = params.string("text")
     memory_type = params.string("type", "semantic")
+    if memory_type not in MEMORY_TYPES:
+        raise InvalidParams(f"param 'type' must be one of {', '.join(MEMORY_TYPES)}", "type")
     tags = params.strings("tags")
     importance = params.number("importance", 0.5)
     if not 0.0 <= importance <= 1.0:
@@ -198,12 +201,22 @@ async def remember(ctx: Context, params: Params, progress: Progress) -> Any:
 
 
 async def forget(ctx: Context, params: Params, progress: Progress) -> Any:
-    """Remove a document or memory by `source`, or the one holding chunk `id`."""
+    """Remove a document or memory by `source`, or the one holding chunk `id`; or, by `query`,
+    preview the matches with a token that a second call (`token`) confirms."""
+    given = [
+        name for name in ("source", "id", "query", "token") if params.raw.get(name) is not None
+    ]
+    if len(given) != 1:
+        raise InvalidParams("pass exactly one of 'source', 'id', 'query' or 'token'", "source")
+    if given == ["query"]:
+        return await memories.forget_by_query(ctx, params)
+    if given == ["token"]:
+        token = params.string("token")
+        params.done()
+        return await memories.forget_confirmed(ctx, token)
     source = params.string("source", None)
     chunk_id = params.integer("id", None, low=1)
     params.done()
-    if (source is None) == (chunk_id is None):
-        raise InvalidParams("pass exactly one of 'source' or 'id'", "source")
     if chunk_id is not None:
         source = (await ctx.memory.get(chunk_id)).source
     assert source is not None
@@ -337,6 +350,7 @@ METHODS: dict[str, Method] = {
     "models/list": models.models_list,
     "reindex": models.reindex,
     "reindex/cancel": models.reindex_cancel,
+    **memories.METHODS,
 }
 
 

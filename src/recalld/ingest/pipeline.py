@@ -33,13 +33,15 @@ from recalld.chunkers import (
     parse_conversations,
 )
 from recalld.chunkers.options import KeyMaker
-from recalld.config import ChunkSettings
+from recalld.config import ChunkSettings, LinkSettings
 from recalld.embeddings.base import Embedder
-from recalld.errors import IngestError, RecalldError
+from recalld.errors import IngestError, NotFoundError, RecalldError
+from recalld.ingest.autolink import AutoLinker
 from recalld.ingest.facts_llm import LLMFactExtractor
-from recalld.storage import readers, writer
+from recalld.ingest.supersede_llm import LLMSupersessionDetector
+from recalld.storage import history, readers, writer
 from recalld.storage.store import Store
-from recalld.types import ChunkDraft
+from recalld.types import MEMORY_TYPES, ChunkDraft
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +122,8 @@ class Ingestor:
         batch_size: Texts per model call.
         facts: An LLM fact extractor for conversation logs (`facts_llm.fact_extractor`);
             None: heuristic facts. The caller closes it.
+        links: Auto-link settings (similar, supersedes); default `LinkSettings()`.
+        supersession: The LLM knowledge-update detector; None: the rule. The caller closes it.
     """
 
     def __init__(
@@ -131,6 +135,8 @@ class Ingestor:
         batch_size: int = 32,
         *,
         facts: LLMFactExtractor | None = None,
+        links: LinkSettings | None = None,
+        supersession: LLMSupersessionDetector | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
@@ -143,6 +149,7 @@ class Ingestor:
         self.max_file_bytes = max_file_bytes
         self.batch_size = batch_size
         self.facts = facts if chunking.facts else None
+        self.linker = AutoLinker(store, links or LinkSettings(), supersession)
 
     def use_model(self, embedder: Embedder) -> None:
         """Embed (and count tokens) with another model from now on (after a reindex)."""
@@ -245,10 +252,12 @@ class Ingestor:
         version = await self.store.model_settled()
         # Which chunks are new? Unchanged ones keep their stored vectors.
         todo: list[tuple[int, int, ChunkDraft]] = []
+        stored_ids: dict[int, int] = {}
         for d_index, doc in enumerate(docs):
             stored = await self.store.read(partial(readers.document_by_source, source=doc.source))
             known: dict[str, str] = {}
             if stored is not None:
+                stored_ids[d_index] = stored.id
                 known = await self.store.read(partial(readers.chunk_keys, document_id=stored.id))
             for c_index, draft in enumerate(doc.parsed.chunks):
                 if known.get(draft.key) != writer.chunk_hash(draft):
@@ -259,10 +268,18 @@ class Ingestor:
         new = {(d, c): (vectors[i], counts[i]) for i, (d, c, _) in enumerate(todo)}
         reports: list[tuple[int, IngestReport]] = []
         for d_index, doc in enumerate(docs):
-            chunks = []
-            for c_index, draft in enumerate(doc.parsed.chunks):
-                vector, count = new.get((d_index, c_index), (None, 0))
-                chunks.append(writer.NewChunk(draft, count, vector))
+            found = [
+                new.get((d_index, c_index), (None, 0)) for c_index in range(len(doc.parsed.chunks))
+            ]
+            autolinks = await self.linker.links_for(
+                doc.parsed.chunks, [v for v, _ in found], stored_ids.get(d_index)
+            )
+            chunks = [
+                writer.NewChunk(draft, count, vector, links)
+                for draft, (vector, count), links in zip(
+                    doc.parsed.chunks, found, autolinks, strict=True
+                )
+            ]
             row = writer.NewDocument(
                 doc.source,
                 doc.parsed.kind,
@@ -277,7 +294,9 @@ class Ingestor:
             ) -> int:
                 if self.store.model_changed(version):
                     raise _ModelChanged
-                doc_id = await writer.replace_document(conn, row, chunks)
+                doc_id = await writer.replace_document(
+                    conn, row, chunks, structure_links=self.linker.settings.auto
+                )
                 await writer.clear_errors(conn, row.source)
                 return doc_id
 
@@ -321,9 +340,14 @@ class Ingestor:
         importance: float = 0.5,
         event_time: float | None = None,
     ) -> IngestReport:
-        """Store a memory written directly; the same text stored twice is one memory."""
+        """Store a memory written directly; the same text stored twice is one memory.
+
+        Raises:
+            IngestError: The text is empty or the memory type is not one of `MEMORY_TYPES`.
+        """
         if not text.strip():
             raise IngestError("a memory needs some text")
+        check_memory_type(memory_type)
         digest = content_hash(text.strip().encode())
         draft = ChunkDraft(
             text=text.strip(),
@@ -340,6 +364,69 @@ class Ingestor:
         [(_, report)] = await self._embed_and_write([_Prepared(source, digest, parsed, None, None)])
         return report
 
+    async def update_memory(self, chunk_id: int, edit: history.MemoryEdit) -> int:
+        """Edit a memory in place, keeping its earlier version (`storage.history`).
+
+        Returns:
+            The new version number.
+
+        Raises:
+            NotFoundError: No memory has this id.
+            IngestError: The new text is empty, the type unknown, or another memory holds the
+                new text.
+        """
+        if edit.memory_type is not None:
+            check_memory_type(edit.memory_type)
+        found = await self.store.read(partial(readers.chunks_by_id, ids=[chunk_id]))
+        chunk = found.get(chunk_id)
+        if chunk is None or chunk.kind != "memory":
+            raise NotFoundError(
+                f"no memory with id {chunk_id}; only memories written with `remember` can be "
+                "edited",
+                data={"id": chunk_id},
+            )
+        text = chunk.text if edit.text is None else edit.text.strip()
+        if not text:
+            raise IngestError("a memory needs some text")
+        draft = ChunkDraft(
+            text=text,
+            kind="memory",
+            granularity="memory",
+            key="memory",
+            event_time=chunk.event_time if edit.event_time is None else edit.event_time,
+            tags=chunk.tags if edit.tags is None else edit.tags,
+            memory_type=chunk.memory_type if edit.memory_type is None else edit.memory_type,
+            importance=chunk.importance if edit.importance is None else edit.importance,
+        )
+        vector = None
+        tokens = chunk.token_count
+        version = await self.store.model_settled()
+        if text != chunk.text:
+            vector = (await self.embed([text]))[0]
+            tokens = await asyncio.to_thread(self.embedder.count_tokens, text)
+        digest = content_hash(text.encode())
+        edit = replace(edit, text=text)
+
+        async def write(conn: Any) -> int:
+            if vector is not None and self.store.model_changed(version):
+                raise _ModelChanged
+            return await history.update_memory(
+                conn,
+                chunk_id,
+                edit,
+                source=f"{MEMORY_PREFIX}{digest[:16]}",
+                content_hash=digest,
+                chunk_hash=writer.chunk_hash(draft),
+                token_count=tokens,
+                vector=vector,
+            )
+
+        try:
+            return await self.store.write(write)
+        except _ModelChanged:
+            # A reindex switched models while we embedded: embed the edit again with the new one.
+            return await self.update_memory(chunk_id, edit)
+
     async def forget(self, source: str) -> bool:
         """Remove a document or memory. Returns whether it existed."""
         return await self.store.write(lambda c: writer.delete_document(c, source))
@@ -348,6 +435,19 @@ class Ingestor:
         logger.warning("cannot ingest %s: %s", source, error.message)
         await self.store.write(
             lambda c: replace_error(c, source, type(error).__name__, error.message)
+        )
+
+
+def check_memory_type(memory_type: str) -> None:
+    """Refuse a memory type outside `MEMORY_TYPES`.
+
+    Raises:
+        IngestError: The type is unknown.
+    """
+    if memory_type not in MEMORY_TYPES:
+        raise IngestError(
+            f"unknown memory type {memory_type!r}; use one of {', '.join(MEMORY_TYPES)}",
+            data={"memory_type": memory_type, "allowed": list(MEMORY_TYPES)},
         )
 
 

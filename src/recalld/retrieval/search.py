@@ -22,7 +22,7 @@ import numpy.typing as npt
 from recalld.config import SearchSettings
 from recalld.embeddings.base import Embedder
 from recalld.errors import EmbeddingError, QueryError, RecalldError
-from recalld.retrieval import diversity, fusion, gate, rerank
+from recalld.retrieval import activation, diversity, fusion, gate, rerank, status
 from recalld.storage import readers
 from recalld.storage.fts import match_expression, query_terms, quote_term
 from recalld.storage.store import Store
@@ -237,6 +237,17 @@ class Searcher:
             order = []
 
         t0 = time.perf_counter()
+        reached: dict[int, activation.Reached] = {}
+        if opts.activation and order:
+            order, fused, reached = await activation.activate(
+                self.store,
+                order,
+                fused,
+                filters,
+                opts.activation_seeds,
+                opts.activation_hops,
+                opts.activation_decay,
+            )
         chunks = await self.store.read(lambda c: readers.chunks_by_id(c, order))
         order = [c for c in order if c in chunks]
         final_scores = dict(fused)
@@ -245,6 +256,10 @@ class Searcher:
             opts.recency_half_life_days > 0 or opts.frequency_weight or opts.importance_weight
         ):
             order, final_scores, factor_detail = self._rerank(order, fused, chunks, opts)
+        penalised: dict[int, float] = {}
+        if opts.status_penalty and order:
+            statuses = {c: chunks[c].status for c in order}
+            order, final_scores, penalised = status.apply(order, final_scores, statuses, query)
         if opts.dedup:
             order = diversity.dedup(order, {c: chunks[c].text for c in order})
         if opts.mmr and len(order) > limit:
@@ -267,6 +282,10 @@ class Searcher:
             explain = {"routes": routes, "fused": round(fused[cid], 6), "position": position}
             if cid in factor_detail:
                 explain["factors"] = factor_detail[cid]
+            if cid in reached:
+                explain["activation"] = reached[cid].as_dict()
+            if cid in penalised:
+                explain["status_penalty"] = penalised[cid]
             hits.append(Hit(chunk=chunks[cid], score=final_scores[cid], explain=explain))
         if opts.expand > 0 and hits:
             await self._expand(hits, opts.expand)
@@ -284,6 +303,8 @@ class Searcher:
             "tau": tau,
             "rejected": rejected,
             "tier": result_tier,
+            "activation": len(reached) if opts.activation else None,
+            "asks_about_past": status.asks_about_past(query) if opts.status_penalty else None,
             "timings_ms": {k: round(v, 3) for k, v in timings.items()},
         }
         if degraded:

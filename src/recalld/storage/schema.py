@@ -155,10 +155,18 @@ def _m003_reindex(conn: Any) -> None:
     _script(reindex.M003_SQL)(conn)
 
 
+def _m004_memory_history(conn: Any) -> None:
+    # Earlier versions of edited memories, and where each link came from (issue 8).
+    from recalld.storage import history
+
+    _script(history.M004_SQL)(conn)
+
+
 MIGRATIONS: tuple[tuple[int, str, Migration], ...] = (
     (1, "m001_core", _script(M001_CORE)),
     (2, "m002_vector_index", _m002_vector_index),
     (3, "m003_reindex", _m003_reindex),
+    (4, "m004_memory_history", _m004_memory_history),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recalld.storage import vectors
+from recalld.storage import links, vectors
 from recalld.types import ChunkDraft
 
 
@@ -55,13 +55,19 @@ class NewDocument:
     size: int | None = None
 
 
+# An auto link from a new chunk: (relation, target chunk id or target draft key, weight).
+AutoLink = tuple[str, int | str, float]
+
+
 @dataclass(frozen=True, slots=True)
 class NewChunk:
-    """One chunk of a replacement: its draft, token count and vector (None: keep the stored one)."""
+    """One chunk of a replacement: its draft, token count and vector (None: keep the stored one),
+    and the auto links found for it at ingest (`ingest.autolink`)."""
 
     draft: ChunkDraft
     token_count: int
     vector: npt.NDArray[np.float32] | None
+    links: tuple[AutoLink, ...] = ()
 
 
 async def _fetchall(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
@@ -69,8 +75,12 @@ async def _fetchall(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any
         return list(await cursor.fetchall())
 
 
-async def replace_document(conn: Any, doc: NewDocument, chunks: Sequence[NewChunk]) -> int:
+async def replace_document(
+    conn: Any, doc: NewDocument, chunks: Sequence[NewChunk], *, structure_links: bool = True
+) -> int:
     """Replace a document and its chunks in the caller's transaction.
+
+    With `structure_links`, the document's `parent` and `temporal` links are made too.
 
     Returns:
         The document id.
@@ -159,6 +169,16 @@ async def replace_document(conn: Any, doc: NewDocument, chunks: Sequence[NewChun
         "UPDATE chunks SET parent_id = ? WHERE id = ?",
         [(ids_by_key[p], cid) for cid, p in parents if p in ids_by_key],
     )
+    # Links in the same transaction, so a search never sees a document without them (issue 8).
+    if structure_links:
+        await links.rebuild_structure(conn, doc_id)
+    found: list[links.Link] = []
+    for chunk in chunks:
+        for relation, target, weight in chunk.links:
+            dst = ids_by_key.get(target) if isinstance(target, str) else target
+            if dst is not None:
+                found.append((ids_by_key[chunk.draft.key], dst, relation, weight))
+    await links.add(conn, found, origin="auto")
     await conn.execute(
         "UPDATE documents SET state = 'complete', chunk_count = ?, updated_at = ? WHERE id = ?",
         (len(chunks), now, doc_id),
@@ -188,10 +208,13 @@ async def delete_chunks(conn: Any, chunk_ids: Iterable[int]) -> None:
     params = [(cid,) for cid in chunk_ids]
     if not params:
         return
+    # What the deleted chunks superseded becomes active again (unless something else holds it).
+    targets = await links.status_targets(conn, [cid for (cid,) in params])
     # vec0 tables take no part in foreign keys, so their rows are removed explicitly.
     await conn.executemany("DELETE FROM chunks_vec WHERE chunk_id = ?", params)
     await vectors.delete(conn, [cid for (cid,) in params])
     await conn.executemany("DELETE FROM chunks WHERE id = ?", params)
+    await links.refresh_status(conn, targets)
 
 
 async def delete_document(conn: Any, source: str) -> bool:

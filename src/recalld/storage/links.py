@@ -1,0 +1,199 @@
+"""Typed links between chunks (MemX's seven relations plus `parent`), and the statuses they imply.
+
+A link `src -relation-> dst` reads "src <relation> dst": a fact `parent` its round, a round
+`temporal` the next round, a new fact `supersedes` the older one. A chunk's `status` follows
+from the links that point at it: `superseded` while any `supersedes` link does, else
+`contradicted` while a `contradicts` link does, else `active`. Every function that adds or
+removes such links (or the chunks at their ends) calls `refresh_status`, so the status cannot
+drift from the graph.
+
+Auto links (`origin = 'auto'`) are made by ingest; user links (`origin = 'user'`) over the API.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from recalld.storage.readers import filter_sql
+from recalld.types import Filters
+
+RELATIONS: tuple[str, ...] = (
+    "similar",
+    "related",
+    "contradicts",
+    "extends",
+    "supersedes",
+    "caused_by",
+    "temporal",
+    "parent",
+)
+# Which incoming relation gives which status, strongest first (OpenMem's statuses).
+STATUS_OF = (("supersedes", "superseded"), ("contradicts", "contradicted"))
+LINK_STATUSES = ("active", "superseded", "contradicted")
+
+Link = tuple[int, int, str, float]
+
+
+async def _fetchall(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    async with conn.execute(sql, params) as cursor:
+        return list(await cursor.fetchall())
+
+
+def link_dict(row: Sequence[Any]) -> dict[str, Any]:
+    """A link row `(src, dst, relation, weight, origin, created_at)` as the protocol returns it."""
+    return {
+        "src": int(row[0]),
+        "dst": int(row[1]),
+        "relation": row[2],
+        "weight": float(row[3]),
+        "origin": row[4],
+        "created_at": row[5],
+    }
+
+
+async def add(conn: Any, links: Sequence[Link], origin: str = "user") -> int:
+    """Insert links (an existing one gets the new weight); both ends must exist.
+
+    Returns:
+        How many links were written.
+    """
+    if not links:
+        return 0
+    now = time.time()
+    before = conn.total_changes
+    # The EXISTS guard drops links to chunks deleted since they were found (foreign-key
+    # failures would abort the whole statement).
+    await conn.executemany(
+        "INSERT INTO links (src, dst, relation, weight, created_at, origin) "
+        "SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS (SELECT 1 FROM chunks WHERE id = ?) "
+        "AND EXISTS (SELECT 1 FROM chunks WHERE id = ?) "
+        "ON CONFLICT (src, dst, relation) DO UPDATE SET weight = excluded.weight",
+        [(s, d, r, w, now, origin, s, d) for s, d, r, w in links if s != d],
+    )
+    written = int(conn.total_changes - before)
+    if any(r in ("supersedes", "contradicts") for _, _, r, _ in links):
+        await refresh_status(
+            conn, [d for _, d, r, _ in links if r in ("supersedes", "contradicts")]
+        )
+    return written
+
+
+async def remove(conn: Any, src: int, dst: int, relation: str | None = None) -> int:
+    """Remove the links from `src` to `dst` (of one relation, or all). Returns how many."""
+    sql = "DELETE FROM links WHERE src = ? AND dst = ?"
+    params: list[Any] = [src, dst]
+    if relation is not None:
+        sql += " AND relation = ?"
+        params.append(relation)
+    cursor = await conn.execute(sql, params)
+    removed = int(cursor.rowcount)
+    await refresh_status(conn, [dst])
+    return removed
+
+
+async def of(
+    conn: Any, chunk_id: int, relation: str | None = None, direction: str = "both"
+) -> list[dict[str, Any]]:
+    """The links of one chunk: `out` (it is src), `in` (it is dst) or `both`."""
+    ends = {"out": ["src"], "in": ["dst"], "both": ["src", "dst"]}[direction]
+    found: list[dict[str, Any]] = []
+    for end in ends:
+        sql = f"SELECT src, dst, relation, weight, origin, created_at FROM links WHERE {end} = ?"
+        params: list[Any] = [chunk_id]
+        if relation is not None:
+            sql += " AND relation = ?"
+            params.append(relation)
+        found += [link_dict(r) for r in await _fetchall(conn, sql + " ORDER BY created_at", params)]
+    return found
+
+
+async def touching(conn: Any, chunk_ids: Sequence[int]) -> list[Link]:
+    """Every link with either end in `chunk_ids`, for spreading activation."""
+    if not chunk_ids:
+        return []
+    ids = json.dumps(list(chunk_ids))
+    rows = await _fetchall(
+        conn,
+        "SELECT src, dst, relation, weight FROM links "
+        "WHERE src IN (SELECT value FROM json_each(?)) "
+        "UNION SELECT src, dst, relation, weight FROM links "
+        "WHERE dst IN (SELECT value FROM json_each(?))",
+        (ids, ids),
+    )
+    return [(int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in rows]
+
+
+async def refresh_status(conn: Any, chunk_ids: Iterable[int]) -> None:
+    """Set each chunk's status from the `supersedes` / `contradicts` links pointing at it.
+
+    Only statuses the links own (`active`, `superseded`, `contradicted`) are changed.
+    """
+    ids = json.dumps(sorted({int(c) for c in chunk_ids}))
+    if ids == "[]":
+        return
+    await conn.execute(
+        "UPDATE chunks SET status = CASE "
+        "WHEN EXISTS (SELECT 1 FROM links l WHERE l.dst = chunks.id AND l.relation = 'supersedes')"
+        " THEN 'superseded' "
+        "WHEN EXISTS (SELECT 1 FROM links l WHERE l.dst = chunks.id AND l.relation = 'contradicts')"
+        " THEN 'contradicted' ELSE 'active' END "
+        "WHERE id IN (SELECT value FROM json_each(?)) "
+        "AND status IN ('active', 'superseded', 'contradicted')",
+        (ids,),
+    )
+
+
+async def status_targets(conn: Any, chunk_ids: Sequence[int]) -> list[int]:
+    """The chunks that `chunk_ids` supersede or contradict (to refresh after deleting them)."""
+    if not chunk_ids:
+        return []
+    rows = await _fetchall(
+        conn,
+        "SELECT DISTINCT dst FROM links WHERE relation IN ('supersedes', 'contradicts') "
+        "AND src IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(chunk_ids)),),
+    )
+    return [int(r[0]) for r in rows]
+
+
+async def rebuild_structure(conn: Any, document_id: int) -> None:
+    """Re-make a document's auto `parent` and `temporal` links from its chunks.
+
+    `parent`: each chunk to its parent (fact -> round -> session). `temporal`: each round to
+    the next round of the same conversation, in document order.
+    """
+    now = time.time()
+    await conn.execute(
+        "DELETE FROM links WHERE origin = 'auto' AND relation IN ('parent', 'temporal') "
+        "AND src IN (SELECT id FROM chunks WHERE document_id = ?)",
+        (document_id,),
+    )
+    await conn.execute(
+        "INSERT OR IGNORE INTO links (src, dst, relation, weight, created_at, origin) "
+        "SELECT id, parent_id, 'parent', 1.0, ?, 'auto' FROM chunks "
+        "WHERE document_id = ? AND parent_id IS NOT NULL",
+        (now, document_id),
+    )
+    await conn.execute(
+        "INSERT OR IGNORE INTO links (src, dst, relation, weight, created_at, origin) "
+        "SELECT id, nxt, 'temporal', 1.0, ?, 'auto' FROM ("
+        "  SELECT id, LEAD(id) OVER (PARTITION BY json_extract(meta, '$.conversation_id') "
+        "  ORDER BY position) AS nxt FROM chunks WHERE document_id = ? AND granularity = 'round'"
+        ") WHERE nxt IS NOT NULL",
+        (now, document_id),
+    )
+
+
+async def matching(conn: Any, chunk_ids: Sequence[int], filters: Filters) -> set[int]:
+    """Which of `chunk_ids` pass a search's filters."""
+    where, params = filter_sql(filters)
+    rows = await _fetchall(
+        conn,
+        "SELECT c.id FROM chunks c JOIN documents d ON d.id = c.document_id "
+        f"WHERE c.id IN (SELECT value FROM json_each(?)) AND {where}",
+        [json.dumps(list(chunk_ids)), *params],
+    )
+    return {int(r[0]) for r in rows}

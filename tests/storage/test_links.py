@@ -1,0 +1,233 @@
+"""Links, the statuses they imply, structural auto links, and memory history (migration m004),
+on real SQLite files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from recalld.embeddings.base import HashEmbedder
+from recalld.errors import IngestError, NotFoundError
+from recalld.storage import history, links, readers, schema, writer
+from recalld.storage.connection import connect
+from recalld.storage.store import Store
+from recalld.types import ChunkDraft, Filters
+from tests.storage.conftest import EMBEDDER, put
+
+
+async def ids_of(store: Store, source: str) -> list[int]:
+    doc = await store.read(lambda c: readers.document_by_source(c, source))
+    assert doc is not None
+    chunks = await store.read(lambda c: readers.neighbours(c, doc.id, 0, 10**6))
+    return [c.id for c in chunks]
+
+
+async def status_of(store: Store, chunk_id: int) -> str:
+    return (await store.read(lambda c: readers.chunks_by_id(c, [chunk_id])))[chunk_id].status
+
+
+async def test_m004_adds_history_and_link_origin(tmp_path: Path) -> None:
+    conn = connect(tmp_path / "m.db")
+    # A store at version 2 (before this migration) is brought up to date.
+    schema.migrate(conn, schema.MIGRATIONS[:2])
+    assert schema.schema_version(conn) == 2
+    assert schema.migrate(conn) == schema.SCHEMA_VERSION
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(links)")]
+    assert "origin" in columns
+    assert conn.execute("SELECT count(*) FROM chunk_history").fetchone()[0] == 0
+    conn.close()
+
+
+async def test_supersedes_and_contradicts_set_status_until_removed(store: Store) -> None:
+    await put(store, "a", ["old fact", "new fact", "disputed", "dispute"])
+    old, new, disputed, dispute = await ids_of(store, "a")
+    await store.write(lambda c: links.add(c, [(new, old, "supersedes", 1.0)]))
+    await store.write(lambda c: links.add(c, [(dispute, disputed, "contradicts", 1.0)]))
+    assert await status_of(store, old) == "superseded"
+    assert await status_of(store, disputed) == "contradicted"
+    assert await status_of(store, new) == "active"
+    [link] = await store.read(lambda c: links.of(c, old, direction="in"))
+    assert link["src"] == new and link["relation"] == "supersedes" and link["origin"] == "user"
+    assert await store.write(lambda c: links.remove(c, new, old)) == 1
+    assert await status_of(store, old) == "active"
+
+
+async def test_deleting_the_newer_chunk_reactivates_the_older(store: Store) -> None:
+    await put(store, "old", ["Ana lives in Porto"])
+    await put(store, "new", ["Ana moved to Lisbon"])
+    [old] = await ids_of(store, "old")
+    [new] = await ids_of(store, "new")
+    await store.write(lambda c: links.add(c, [(new, old, "supersedes", 1.0)]))
+    assert await status_of(store, old) == "superseded"
+    assert await store.write(lambda c: writer.delete_document(c, "new"))
+    assert await status_of(store, old) == "active"
+    assert await store.read(lambda c: links.of(c, old)) == []
+
+
+async def test_links_to_missing_chunks_and_self_links_are_not_written(store: Store) -> None:
+    await put(store, "a", ["one"])
+    [one] = await ids_of(store, "a")
+    written = await store.write(
+        lambda c: links.add(c, [(one, 999, "related", 1.0), (one, one, "related", 1.0)])
+    )
+    assert written == 0
+
+
+async def test_parent_and_temporal_links_follow_the_document(store: Store) -> None:
+    def draft(key: str, gran: str, parent: str | None = None) -> ChunkDraft:
+        return ChunkDraft(
+            text=f"text of {key}",
+            kind="conversation",
+            granularity=gran,  # type: ignore[arg-type]
+            key=key,
+            parent_key=parent,
+            meta={"conversation_id": "c1"},
+        )
+
+    drafts = [
+        draft("s", "session"),
+        draft("r1", "round", "s"),
+        draft("f1", "fact", "r1"),
+        draft("r2", "round", "s"),
+        draft("r3", "round", "s"),
+    ]
+    vectors = EMBEDDER.embed([d.text for d in drafts])
+    chunks = [writer.NewChunk(d, 3, vectors[i]) for i, d in enumerate(drafts)]
+    doc = writer.NewDocument("log", "conversation", "json", "h1")
+    await store.write(lambda c: writer.replace_document(c, doc, chunks))
+    s, r1, f1, r2, r3 = await ids_of(store, "log")
+
+    async def all_links() -> set[tuple[int, int, str]]:
+        rows = await store.read(
+            lambda c: readers.fetchall(c, "SELECT src, dst, relation FROM links")
+        )
+        return {(int(a), int(b), str(r)) for a, b, r in rows}
+
+    assert await all_links() == {
+        (r1, s, "parent"),
+        (f1, r1, "parent"),
+        (r2, s, "parent"),
+        (r3, s, "parent"),
+        (r1, r2, "temporal"),
+        (r2, r3, "temporal"),
+    }
+    # The log grows by a round: the new round is linked, nothing else changes.
+    drafts.append(draft("r4", "round", "s"))
+    vectors = EMBEDDER.embed(["text of r4"])
+    grown = [writer.NewChunk(d, 3, None) for d in drafts[:-1]]
+    grown.append(writer.NewChunk(drafts[-1], 3, vectors[0]))
+    doc = writer.NewDocument("log", "conversation", "json", "h2")
+    await store.write(lambda c: writer.replace_document(c, doc, grown))
+    *_, r4 = await ids_of(store, "log")
+    found = await all_links()
+    assert (r3, r4, "temporal") in found and (r4, s, "parent") in found and len(found) == 8
+
+
+async def test_auto_links_from_the_ingest_resolve_keys_and_ids(store: Store) -> None:
+    await put(store, "old", ["Ana lives in Porto"])
+    [old] = await ids_of(store, "old")
+    texts = ["Ana moved to Lisbon", "Ana moved to Lisbon!"]
+    vectors = EMBEDDER.embed(texts)
+    chunks = [
+        writer.NewChunk(
+            ChunkDraft(text=texts[0], key="a"), 4, vectors[0], (("supersedes", old, 1.0),)
+        ),
+        writer.NewChunk(
+            ChunkDraft(text=texts[1], key="b"), 4, vectors[1], (("similar", "a", 0.97),)
+        ),
+    ]
+    doc = writer.NewDocument("new", "text", "markdown", "h")
+    await store.write(lambda c: writer.replace_document(c, doc, chunks))
+    a, b = await ids_of(store, "new")
+    assert await status_of(store, old) == "superseded"
+    [similar] = await store.read(lambda c: links.of(c, b, direction="out"))
+    assert (similar["dst"], similar["relation"], similar["weight"]) == (a, "similar", 0.97)
+    assert similar["origin"] == "auto"
+
+
+async def test_memory_edit_keeps_history_and_moves_the_vector(tmp_path: Path) -> None:
+    embedder = HashEmbedder(64)
+    store = await Store.open(tmp_path / "h.db", model_id=embedder.model_id, dimension=64)
+    try:
+        draft = ChunkDraft(
+            text="Ana lives in Porto", kind="memory", granularity="memory", key="memory"
+        )
+        vec = embedder.embed([draft.text])[0]
+        doc = writer.NewDocument("memory:aaa", "memory", "memory", "aaa")
+        await store.write(
+            lambda c: writer.replace_document(c, doc, [writer.NewChunk(draft, 4, vec)])
+        )
+        [cid] = await ids_of(store, "memory:aaa")
+        new_vec = embedder.embed(["Ana lives in Lisbon"])[0]
+        edit = history.MemoryEdit(text="Ana lives in Lisbon", tags=("home",))
+
+        async def update(conn):
+            return await history.update_memory(
+                conn,
+                cid,
+                edit,
+                source="memory:bbb",
+                content_hash="bbb",
+                chunk_hash="x",
+                token_count=4,
+                vector=new_vec,
+            )
+
+        assert await store.write(update) == 2
+        chunk = (await store.read(lambda c: readers.chunks_by_id(c, [cid])))[cid]
+        assert chunk.text == "Ana lives in Lisbon" and chunk.tags == ("home",)
+        assert chunk.source == "memory:bbb"
+        [old] = await store.read(lambda c: history.history_of(c, cid))
+        assert old["version"] == 1 and old["text"] == "Ana lives in Porto" and old["tags"] == []
+        # Search finds the new text by keyword and by vector, not the old one.
+        assert await store.read(lambda c: readers.fts(c, '"lisbon"', 5, Filters())) != []
+        assert await store.read(lambda c: readers.fts(c, '"porto"', 5, Filters())) == []
+        [(nearest, distance)] = await store.read(lambda c: readers.knn(c, new_vec, 1, Filters()))
+        assert nearest == cid and distance == pytest.approx(0.0, abs=1e-5)
+        # Forgetting the memory takes its history along.
+        assert await store.write(lambda c: writer.delete_document(c, "memory:bbb"))
+        rows = await store.read(lambda c: readers.fetchall(c, "SELECT count(*) FROM chunk_history"))
+        assert rows[0][0] == 0
+    finally:
+        await store.close()
+
+
+async def test_only_memories_can_be_edited_and_texts_stay_unique(store: Store) -> None:
+    await put(store, "file.md", ["a paragraph"])
+    [cid] = await ids_of(store, "file.md")
+    edit = history.MemoryEdit(text="x")
+
+    def update(target: int, source: str):
+        async def run(conn):
+            return await history.update_memory(
+                conn,
+                target,
+                edit,
+                source=source,
+                content_hash="h",
+                chunk_hash="x",
+                token_count=1,
+                vector=None,
+            )
+
+        return run
+
+    with pytest.raises(NotFoundError, match="no memory"):
+        await store.write(update(cid, "memory:zzz"))
+    draft = ChunkDraft(text="m", kind="memory", granularity="memory", key="memory")
+    vec = EMBEDDER.embed(["m"])[0]
+    doc = writer.NewDocument("memory:m", "memory", "memory", "m")
+    await store.write(lambda c: writer.replace_document(c, doc, [writer.NewChunk(draft, 1, vec)]))
+    [mid] = await ids_of(store, "memory:m")
+    with pytest.raises(IngestError, match="already holds"):
+        await store.write(update(mid, "file.md"))
+    assert json.loads("[]") == await store.read(lambda c: history.history_of(c, mid))
+
+
+def test_the_cli_knows_the_same_relations() -> None:
+    # The CLI keeps its own copy so that it need not import storage (start-up cost).
+    from recalld.cli.memories import RELATIONS
+
+    assert RELATIONS == links.RELATIONS
