@@ -10,6 +10,7 @@ import re
 import pytest
 
 from recalld.client import AsyncClient, Client
+from recalld.client.base import ALIASES
 from recalld.client.base import METHODS as CLIENT_METHODS
 from recalld.daemon.methods import METHODS as DAEMON_METHODS
 from tests.pipeline.conftest import Running
@@ -34,16 +35,18 @@ def test_same_methods_and_signatures() -> None:
 def test_every_socket_method_has_a_client_method() -> None:
     """A method added to the daemon without a client method (or the other way) fails here."""
     assert sorted(CLIENT_METHODS) == sorted(DAEMON_METHODS)
-    wrapped = set(CLIENT_METHODS.values())
+    wrapped = set(CLIENT_METHODS.values()) | set(ALIASES)
     for cls in (Client, AsyncClient):
         assert sorted(wrapped) == sorted(public_methods(cls).keys() - {"call", "close"}), cls
 
 
-@pytest.mark.parametrize("rpc", sorted(CLIENT_METHODS))
-def test_client_method_calls_its_socket_method(rpc: str) -> None:
+@pytest.mark.parametrize(
+    ("name", "rpc"), sorted([(n, r) for r, n in CLIENT_METHODS.items()] + list(ALIASES.items()))
+)
+def test_client_method_calls_its_socket_method(name: str, rpc: str) -> None:
     """Each client method sends the socket method the table says (checked in its source)."""
     for cls in (Client, AsyncClient):
-        source = inspect.getsource(getattr(cls, CLIENT_METHODS[rpc]))
+        source = inspect.getsource(getattr(cls, name))
         assert re.search(rf'self\.call\(\s*"{re.escape(rpc)}"', source), (cls, rpc)
 
 

@@ -40,7 +40,14 @@ METHODS = {
     "models/list": "models",
     "reindex": "reindex",
     "reindex/cancel": "reindex_cancel",
+    "memories/update": "update",
+    "memories/history": "history",
+    "links/add": "link",
+    "links/list": "links",
+    "links/remove": "unlink",
 }
+# Client methods that are a second way to call a socket method.
+ALIASES = {"forget_query": "forget", "forget_confirm": "forget"}
 
 ProgressCallback = Callable[[dict[str, Any]], object]
 
