@@ -1,6 +1,8 @@
 """Time-aware search through the search path: a real store, a LoCoMo-shaped log, fixed dates."""
 
 import json
+import os
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -9,6 +11,8 @@ import pytest
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.errors import QueryError
+from recalld.storage import readers
+from recalld.types import Filters
 
 # Four sessions months apart, with a hike in March and another in June told alike: which one
 # comes first must depend on the time words of the question alone.
@@ -124,8 +128,6 @@ async def test_an_event_bounds_the_range(memory: AsyncMemory):
 
 
 async def test_explicit_time_filters_still_apply(memory: AsyncMemory):
-    from recalld.types import Filters
-
     since = 1_680_000_000.0  # 28 March 2023
     result = await memory.search("hiking", filters=Filters(since=since), gate=False)
     assert result.hits
@@ -135,3 +137,53 @@ async def test_explicit_time_filters_still_apply(memory: AsyncMemory):
 async def test_unknown_time_mode_is_a_query_error(memory: AsyncMemory):
     with pytest.raises(QueryError):
         await memory.search("hiking", time_mode="sometimes")
+
+
+async def test_packing_keeps_within_the_budget_and_attaches_rounds_to_facts(memory: AsyncMemory):
+    facts = Filters(granularities=("fact",))
+    result = await memory.search("Anna hiking lake", filters=facts, budget_tokens=60, limit=5)
+    packing = result.packing
+    assert packing is not None and 0 < packing["used_tokens"] <= 60
+    with_context = [h for h in result.hits if h.context]
+    assert with_context, "a fact's round fits in 60 tokens"
+    count = memory.embedder.count_tokens
+    total = sum(count(h.chunk.text) + (count(h.context) if h.context else 0) for h in result.hits)
+    assert total == packing["used_tokens"]
+    tiny = await memory.search("Anna hiking lake", filters=facts, budget_tokens=3, limit=5)
+    assert tiny.packing is not None and tiny.packing["used_tokens"] <= 3
+    assert tiny.packing["dropped"]
+    with pytest.raises(QueryError):
+        await memory.search("hiking", budget_tokens=-1)
+
+
+async def test_every_chunk_gets_an_event_time(memory: AsyncMemory, tmp_path: Path):
+    undated = tmp_path / "notes.md"
+    undated.write_text("# Notes\n\nThe boiler was serviced.")
+    os.utime(undated, (1_600_000_000, 1_600_000_000))
+    dated = tmp_path / "retro.md"
+    dated.write_text("# Retro, 2 May 2023\n\nWe shipped the boiler app.")
+    await memory.add_file(undated)
+    await memory.add_file(dated)
+    before = time.time()
+    await memory.add_text("A note without a file.", source="inline", name="inline.md")
+    after = time.time()
+
+    async def times(source: str) -> set[float]:
+        rows = await memory.store.read(
+            lambda c: readers.fetchall(
+                c,
+                "SELECT c.event_time FROM chunks c JOIN documents d ON d.id = c.document_id "
+                "WHERE d.source = ?",
+                (source,),
+            )
+        )
+        return {r[0] for r in rows}
+
+    assert await times(str(undated)) == {1_600_000_000.0}  # the file's mtime
+    assert await times(str(dated)) == {1_682_985_600.0}  # 2 May 2023, from its title
+    [inline] = await times("inline")
+    assert before - 1 <= inline <= after + 1  # no file: the ingest time
+    rows = await memory.store.read(
+        lambda c: readers.fetchall(c, "SELECT count(*) FROM chunks WHERE event_time IS NULL")
+    )
+    assert rows[0][0] == 0

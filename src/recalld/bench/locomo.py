@@ -49,21 +49,24 @@ def _covered(hit_dia_ids: list[set[str]], evidence: set[str], k: int) -> float:
     return len(covered) / len(evidence)
 
 
-async def _evaluate_conversation(
+async def evaluate_conversation(
     memory: AsyncMemory,
     sample: dict[str, Any],
     mode: str,
     granularity: str,
     scores: Scores,
     latency: list[float],
+    overrides: dict[str, Any] | None = None,
 ) -> None:
+    """Search every question of one conversation in one mode and add up its scores."""
     filters = Filters() if granularity == "all" else Filters(granularities=(granularity,))
+    options = {**MODES[mode], **(overrides or {})}
     for qa in sample["qa"]:
         category = CATEGORIES.get(int(qa.get("category", 0)), "other")
         evidence = evidence_ids(qa)
         started = time.perf_counter()
         result = await memory.searcher.search(
-            str(qa["question"]), limit=10, filters=filters, **MODES[mode]
+            str(qa["question"]), limit=10, filters=filters, **options
         )
         latency.append((time.perf_counter() - started) * 1000)
         bucket = scores[category]
@@ -83,7 +86,8 @@ async def _evaluate_conversation(
             b["mrr"].append(1.0 / first if first else 0.0)
 
 
-def _summarise(scores: Scores, latency: list[float]) -> dict[str, Any]:
+def summarise(scores: Scores, latency: list[float]) -> dict[str, Any]:
+    """Per-category means, the overall figures and latency percentiles."""
     out: dict[str, Any] = {}
     overall: dict[str, list[float]] = defaultdict(list)
     for category, bucket in sorted(scores.items()):
@@ -144,7 +148,7 @@ async def run(
                 ingest_s += time.perf_counter() - started
                 chunks += (await memory.counts())["chunks"]
                 for mode in modes:
-                    await _evaluate_conversation(
+                    await evaluate_conversation(
                         memory, sample, mode, granularity, scores[mode], latency[mode]
                     )
             finally:
@@ -159,5 +163,5 @@ async def run(
         "chunks": chunks,
         "ingest_seconds": round(ingest_s, 1),
         "overrides": overrides,
-        "modes": {m: _summarise(scores[m], latency[m]) for m in modes},
+        "modes": {m: summarise(scores[m], latency[m]) for m in modes},
     }

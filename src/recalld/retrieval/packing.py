@@ -76,12 +76,13 @@ def pack(
 
     present = {h.chunk.id for h in kept}
     attached: dict[int, int] = {}  # parent id -> the hit that carries it
+    refused: set[int] = set()  # parents that did not fit (reported once)
     for hit in kept:
         parent_id = hit.chunk.parent_id
         if hit.chunk.granularity != "fact" or hit.context is not None or parent_id is None:
             continue
         parent = parents.get(parent_id)
-        if parent is None or parent_id in present:
+        if parent is None or parent_id in present or parent_id in refused:
             continue
         if parent_id in attached:
             hit.explain["tokens"]["context_with"] = attached[parent_id]
@@ -89,6 +90,7 @@ def pack(
         tokens = _counted(count, parent.text, parent.token_count)
         if used + tokens > budget:
             context_dropped.append({"id": hit.chunk.id, "parent": parent_id, "tokens": tokens})
+            refused.add(parent_id)
             continue
         used += tokens
         hit.context = parent.text
