@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import time
 from collections import OrderedDict
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -23,7 +24,7 @@ from recalld.config import SearchSettings
 from recalld.embeddings.base import Embedder
 from recalld.errors import EmbeddingError, QueryError, RecalldError
 from recalld.retrieval import diversity, fusion, gate, packing, rerank, temporal
-from recalld.retrieval.timeparse import TimeIntent
+from recalld.retrieval.timeparse import TimeIntent, parse
 from recalld.storage import readers
 from recalld.storage.fts import match_expression, query_terms, quote_term
 from recalld.storage.store import Store
@@ -251,13 +252,14 @@ class Searcher:
         final_scores = dict(fused)
         factor_detail: dict[int, dict[str, float]] = {}
         time_detail: dict[int, dict[str, float]] = {}
-        if intent is not None and opts.time_mode == "boost":
+        if intent is not None:
+            # A filtered range needs no boost; an ordering still applies.
             order, final_scores, time_detail = temporal.boost(
                 order,
                 final_scores,
                 {c: chunks[c].event_time for c in order},
                 intent,
-                range_weight=opts.time_weight,
+                range_weight=opts.time_weight if opts.time_mode == "boost" else 0.0,
                 order_weight=opts.time_order_weight,
             )
         factor_weights = rerank.Weights(
@@ -349,6 +351,8 @@ class Searcher:
         self, query: str, filters: Filters
     ) -> tuple[TimeIntent | None, dict[str, Any] | None]:
         """The query's time intent, or None when it says nothing about time."""
+        if parse(query, datetime.now(UTC)).is_empty():
+            return None, None  # most queries: no anchor to look up
         # "Now" is the latest event in the searched scope (a 2023 chat's "last week" is in
         # 2023), never later than the wall clock.
         latest = await self.store.read(lambda c: readers.latest_event_time(c, filters))
@@ -366,7 +370,7 @@ class Searcher:
         return intent, note
 
     async def _pack(self, hits: list[Hit], budget: int) -> tuple[list[Hit], dict[str, Any]]:
-        """Pack the hits to `budget` tokens, with parent context for fact and round hits."""
+        """Pack the hits to `budget` tokens, with their parent as context for fact hits."""
         parent_ids = [h.chunk.parent_id for h in hits if h.chunk.parent_id is not None]
         parents = await self.store.read(lambda c: readers.chunks_by_id(c, parent_ids))
         return await asyncio.to_thread(
