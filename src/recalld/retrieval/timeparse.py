@@ -280,6 +280,19 @@ _EVENT = re.compile(
 )
 
 
+# Every expression above contains one of these; most queries contain none, and one search for
+# them is ~50x cheaper than running the grammar (the parse runs on every search).
+_TRIGGER = re.compile(
+    r"\d|\b(?:"
+    + "|".join(sorted(_MONTHS, key=len, reverse=True))
+    + r"|spring|summer|autumn|fall|winter|yesterday|today|tonight|morning|afternoon|evening"
+    r"|night|day|days|week|weeks|weekend|weekends|month|months|year|years|ago|recent|recently"
+    r"|latest|last|first|earliest|lately|nowadays|currently|current|initially|originally"
+    r"|begin|beginning|before|after|since|until|till|prior|following|newest|late)\b",
+    re.I,
+)
+
+
 def parse(query: str, anchor: datetime) -> TimeIntent:
     """Read the time expressions of a query.
 
@@ -291,6 +304,8 @@ def parse(query: str, anchor: datetime) -> TimeIntent:
         The intent; several ranges in one query are intersected (the first wins if they do
         not overlap).
     """
+    if _TRIGGER.search(query) is None:
+        return TimeIntent()
     if anchor.tzinfo is None:
         anchor = anchor.replace(tzinfo=UTC)
     text = query
