@@ -140,9 +140,24 @@ class SearchSettings:
     mmr_lambda: float = 0.7
     dedup: bool = True
     expand: int = 0  # neighbouring chunks on each side
-    recency_half_life_days: float = 0.0  # 0: recency off
-    importance_weight: float = 0.0
-    frequency_weight: float = 0.0
+    # Time-aware search (issue 8): time expressions in the query ("last week", "in March
+    # 2023", "the first time") become a soft boost (or, with time_mode = "filter", a filter),
+    # relative to the latest event time in the searched scope.
+    # Measured on LoCoMo dev (README): the range boost lifts Recall@5 of the temporal
+    # category and of time-worded questions; the filter loses other questions' evidence, and
+    # the ordering boost ("the first time", "recently") did not help, so it is off.
+    time_aware: bool = True
+    time_mode: str = "boost"  # boost | filter
+    time_weight: float = 1.0  # boost: score x (1 + time_weight) inside the range
+    time_order_weight: float = 0.0  # boost for the earliest / latest candidate
+    # MemX's four-factor re-rank (weights as published); each factor is off until switched
+    # on, since none helped on this repo's benchmarks (README, ablation).
+    semantic_weight: float = 0.45
+    recency_half_life_days: float = 0.0  # 0: recency off; on: age since the last retrieval
+    recency_weight: float = 0.25
+    importance_weight: float = 0.0  # MemX: 0.10
+    frequency_weight: float = 0.0  # MemX: 0.05
+    budget_tokens: int = 0  # 0: no packing; else hits packed to this many model tokens
     # Spreading activation over links from the fused hits (OpenMem; retrieval/activation.py).
     activation: bool = False
     activation_hops: int = 2

@@ -144,9 +144,14 @@ class Hit:
 
 @dataclass(slots=True)
 class SearchResult:
-    """A whole result set: the hits, the confidence tier and whether the gate rejected it."""
+    """A whole result set: the hits, the confidence tier and whether the gate rejected it.
+
+    `packing` is set when the search packed its hits to a token budget: tokens used, hits
+    and parent contexts dropped (see `retrieval.packing`).
+    """
 
     hits: list[Hit]
     tier: Tier
     rejected: bool
     explain: dict[str, Any] = field(default_factory=dict)
+    packing: dict[str, Any] | None = None

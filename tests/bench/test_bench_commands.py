@@ -105,6 +105,85 @@ def test_locomo_command_reports_categories_and_rejection(tmp_path: Path):
     assert report["modes"]["bm25"]["single-hop"]["recall@10"] == 1.0
 
 
+def test_ablation_runs_every_variant_on_both_data_sets(tmp_path: Path):
+    make_beir(tmp_path / "beir")
+    make_locomo(tmp_path / "locomo.json")
+    result = CliRunner().invoke(
+        main,
+        [
+            "ablation",
+            "--beir",
+            str(tmp_path / "beir"),
+            "--locomo",
+            str(tmp_path / "locomo.json"),
+            "--variant",
+            "freq-x10:frequency_weight=0.5",
+            "--history",
+            "split",
+            "--json",
+            "--results",
+            str(tmp_path / "out"),
+            "--store-dir",
+            str(tmp_path / "store"),
+            "--set",
+            "embed.model=hash:64",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    names = {"baseline", "recency", "frequency", "importance", "freq-x10"}
+    assert set(report["variant_settings"]) == names
+    assert report["variant_settings"]["freq-x10"] == {"frequency_weight": 0.5}
+    beir = report["beir"]
+    assert set(beir["variants"]) == names
+    # Three queries: q2 is history, q1 and q3 are measured; q2's top hits were counted.
+    assert (beir["history_queries"], beir["measured_queries"]) == (1, 2)
+    assert beir["retrievals_counted"] > 0
+    assert beir["variants"]["baseline"]["queries"] == 2
+    # Importance is flat on a static corpus: the re-rank is monotone, the figures equal.
+    assert beir["variants"]["importance"]["ndcg@10"] == beir["variants"]["baseline"]["ndcg@10"]
+    loco = report["locomo"]
+    assert set(loco["variants"]) == names
+    assert (loco["history_queries"], loco["measured_queries"]) == (1, 2)
+    assert "recall@5" in loco["variants"]["baseline"]["overall"]
+    assert list((tmp_path / "out").glob("ablation-*.json"))
+
+    table = CliRunner().invoke(
+        main,
+        [
+            "ablation",
+            "--locomo",
+            str(tmp_path / "locomo.json"),
+            "--only",
+            "recency",
+            "--results",
+            str(tmp_path / "out"),
+            "--store-dir",
+            str(tmp_path / "store"),
+            "--set",
+            "embed.model=hash:64",
+        ],
+    )
+    assert table.exit_code == 0, table.output
+    lines = table.stdout.splitlines()
+    assert lines[0].split()[:3] == ["variant", "R@5", "all"]
+    assert [line.split()[0] for line in lines[1:3]] == ["baseline", "recency"]
+
+
+def test_ablation_needs_a_data_set_and_known_variants(tmp_path: Path):
+    result = CliRunner().invoke(main, ["ablation"])
+    assert result.exit_code == 2 and "--beir" in result.output
+    make_locomo(tmp_path / "l.json")
+    bad = CliRunner().invoke(
+        main, ["ablation", "--locomo", str(tmp_path / "l.json"), "--only", "x"]
+    )
+    assert bad.exit_code == 2
+    bad = CliRunner().invoke(
+        main, ["ablation", "--locomo", str(tmp_path / "l.json"), "--variant", "nocolon"]
+    )
+    assert bad.exit_code == 2
+
+
 def test_links_command_compares_auto_links_on_and_off(tmp_path: Path):
     folder = tmp_path / "logs"
     folder.mkdir()

@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -173,3 +174,36 @@ def test_second_daemon_on_the_same_home_exits_3(
     assert third.start().wait(30) == 3
     assert first.client.status()["state"] == "ready"
     assert first.stop() == 0
+
+
+@pytest.mark.slow
+def test_cli_search_time_range_budget_and_time_words(make_daemon: Callable[..., Daemon]) -> None:
+    daemon = make_daemon()
+    daemon.start()
+    daemon.wait_ready()
+    daemon.client.remember("Booked the dentist for a checkup", event_time="2023-03-02")
+    newer = daemon.client.remember("Booked the dentist for a filling", event_time="2023-06-20")
+    for other in ("The boiler needs a service", "Paid the car insurance", "Lunch with Sam"):
+        daemon.client.remember(other, event_time="2023-05-01")
+
+    def cli(*args: str) -> dict[str, Any]:
+        out = subprocess.run(
+            [sys.executable, "-m", "recalld", "search", *args, "--json"],
+            env=daemon.env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        result: dict[str, Any] = json.loads(out)
+        return result
+
+    ranged = cli("dentist", "booked", "--after", "2023-06-01", "--before", "2023-07-01")
+    assert [h["id"] for h in ranged["hits"]] == [newer["id"]]
+    packed = cli("dentist", "booked", "--budget", "6")
+    assert 0 < packed["packing"]["used_tokens"] <= 6 and len(packed["hits"]) == 1
+    worded = cli("dentist", "in", "June", "2023", "--explain")
+    assert worded["explain"]["time"]["start"] == "2023-06-01T00:00:00Z"
+    assert worded["hits"][0]["id"] == newer["id"]
+    plain = cli("dentist", "in", "June", "2023", "--explain", "--no-time")
+    assert "time" not in plain["explain"]
+    assert daemon.stop() == 0

@@ -231,3 +231,38 @@ async def test_reload_applies_watched_folders_and_search_settings(
     await daemon.server.reload()
     assert daemon.server.memory is not None
     assert daemon.server.memory.searcher.settings.limit == 3
+
+
+async def test_search_time_ranges_budget_and_time_words(daemon: Running) -> None:
+    async with daemon.client() as client:
+        old = await client.remember(
+            "Booked the dentist for a checkup", event_time="2023-03-02T10:00:00"
+        )
+        new = await client.remember(
+            "Booked the dentist for a filling", event_time="2023-06-20T10:00:00"
+        )
+        ranged = await client.search(
+            "dentist booked",
+            filters={"since": "2023-06-01", "until": "2023-07-01"},
+            mode="bm25",
+        )
+        assert [h["id"] for h in ranged["hits"]] == [new["id"]]
+        # "in March 2023" is read from the query and shown in explain.
+        worded = await client.search("when was the dentist booked in March 2023", explain=True)
+        assert worded["hits"][0]["id"] == old["id"]
+        note = worded["explain"]["time"]
+        assert note["start"] == "2023-03-01T00:00:00Z" and note["mode"] == "boost"
+        assert worded["hits"][0]["explain"]["time"]["in_range"] == 1.0
+        ignored = await client.search(
+            "when was the dentist booked in March 2023", explain=True, time_aware=False
+        )
+        assert "time" not in ignored["explain"]
+        packed = await client.search("dentist booked", budget_tokens=6)
+        assert packed["packing"]["budget_tokens"] == 6
+        assert 0 < packed["packing"]["used_tokens"] <= 6
+        assert len(packed["hits"]) == 1 and len(packed["packing"]["dropped"]) == 1
+        assert "packing" not in await client.search("dentist booked")
+        with pytest.raises(ProtocolError, match="budget_tokens"):
+            await client.call("search", {"query": "dentist", "budget_tokens": 0})
+        with pytest.raises(ProtocolError, match="time_aware"):
+            await client.call("search", {"query": "dentist", "time_aware": "yes"})

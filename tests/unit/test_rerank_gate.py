@@ -10,10 +10,12 @@ def test_recency_halves_every_half_life():
     assert rerank.recency(90, 30) == pytest.approx(0.125)
 
 
-def test_frequency_is_log_normalised_and_capped():
+def test_frequency_is_memx_equation_3():
+    # min(1, ln(c + 1) / 10): saturates only at e^10 - 1 (about 22,000) retrievals.
     assert rerank.frequency(0) == 0.0
-    assert rerank.frequency(100) == pytest.approx(1.0)
-    assert rerank.frequency(10_000) == 1.0
+    assert rerank.frequency(100) == pytest.approx(np.log(101) / 10)
+    assert rerank.frequency(22_026) == pytest.approx(1.0, abs=1e-4)
+    assert rerank.frequency(10**6) == 1.0
 
 
 def test_zscore_sigmoid():
@@ -25,18 +27,33 @@ def test_zscore_sigmoid():
 
 def test_rerank_scores_reports_each_enabled_factor():
     cands = [rerank.Factors(1.0, 0, 0, 0.5), rerank.Factors(0.0, 30, 100, 1.0)]
-    scored = rerank.rerank_scores(
-        cands, half_life_days=30, recency_weight=0.25, frequency_weight=0.05, importance_weight=0.1
-    )
-    (s0, p0), (_s1, p1) = scored
+    weights = rerank.Weights(recency=0.25, half_life_days=30, frequency=0.05, importance=0.1)
+    scored = rerank.rerank_scores(cands, weights)
+    (s0, p0), (s1, p1) = scored
     assert set(p0) == {"semantic", "recency", "frequency", "importance"}
     assert p1["recency"] == pytest.approx(0.125)
-    assert p1["frequency"] == pytest.approx(0.05)
-    assert s0 == pytest.approx(sum(p0.values()))
-    only_semantic = rerank.rerank_scores(
-        cands, half_life_days=0, recency_weight=0, frequency_weight=0, importance_weight=0
-    )
+    assert p1["frequency"] == pytest.approx(0.05 * np.log(101) / 10)
+    # MemX eq. 4: the composite is z-scored and squashed, so the order follows the composite.
+    composite = [sum(p0.values()), sum(p1.values())]
+    assert (s0 > s1) == (composite[0] > composite[1])
+    assert 0 < s1 < 0.5 < s0 < 1
+    only_semantic = rerank.rerank_scores(cands, rerank.Weights())
     assert set(only_semantic[0][1]) == {"semantic"}
+    assert not rerank.Weights().any_factor()
+    assert not rerank.Weights(recency=0.25, half_life_days=0).any_factor()
+
+
+def test_frequency_factor_can_reorder_close_candidates():
+    # Two near-equal semantic scores: the often-retrieved one wins once frequency is on.
+    cands = [
+        rerank.Factors(0.50, 0, 0, 0.5),
+        rerank.Factors(0.49, 0, 500, 0.5),
+        rerank.Factors(0.1, 0, 0, 0.5),
+    ]
+    base = [s for s, _ in rerank.rerank_scores(cands, rerank.Weights())]
+    used = [s for s, _ in rerank.rerank_scores(cands, rerank.Weights(frequency=0.5))]
+    assert base[0] > base[1]
+    assert used[1] > used[0]
 
 
 def test_rule_r1_rejects_only_when_both_signals_are_weak():

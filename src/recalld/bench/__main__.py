@@ -203,6 +203,118 @@ def locomo(
     _emit("locomo", report, as_json, results, rows, header, plot)
 
 
+def _variants(specs: tuple[str, ...], only: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """The built-in variants (or those named by --only) plus `name:key=value,...` ones."""
+    from recalld.bench.ablation import VARIANTS
+
+    unknown = [n for n in only if n not in VARIANTS]
+    if unknown:
+        raise click.BadParameter(f"no built-in variant {unknown[0]!r}; see --help")
+    out = {n: v for n, v in VARIANTS.items() if not only or n in only or n == "baseline"}
+    for spec in specs:
+        name, sep, body = spec.partition(":")
+        if not sep or not name:
+            raise click.BadParameter(f"expected name:key=value,..., got {spec!r}")
+        settings: dict[str, Any] = {}
+        for pair in filter(None, body.split(",")):
+            key, eq, raw = pair.partition("=")
+            if not eq:
+                raise click.BadParameter(f"expected key=value in {spec!r}, got {pair!r}")
+            try:
+                settings[key.strip()] = json.loads(raw)
+            except json.JSONDecodeError:
+                settings[key.strip()] = raw
+        out[name] = settings
+    return out
+
+
+@main.command()
+@click.option(
+    "--beir",
+    "beir_folder",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A BEIR folder (train split), e.g. SciFact.",
+)
+@click.option(
+    "--locomo",
+    "locomo_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="A LoCoMo JSON file.",
+)
+@click.option(
+    "--variant",
+    "specs",
+    multiple=True,
+    metavar="NAME:KEY=VALUE,...",
+    help="Another variant: search settings, e.g. 'freq-x10:frequency_weight=0.5'.",
+)
+@click.option(
+    "--only",
+    multiple=True,
+    help="Built-in variants to run (baseline always runs): recency, frequency, importance.",
+)
+@click.option(
+    "--history",
+    type=click.Choice(["split", "same", "none"]),
+    default="split",
+    show_default=True,
+    help="Simulated use: odd queries as history and even ones measured (split), the measured "
+    "queries replayed first (same), or none.",
+)
+@click.option(
+    "--history-k", type=int, default=10, show_default=True, help="Hits counted per query."
+)
+@click.option(
+    "--age-days",
+    type=float,
+    default=365.0,
+    show_default=True,
+    help="Back-date every chunk's creation this far before the history queries.",
+)
+@click.option("--limit-queries", type=int, default=None, help="BEIR: only the first N queries.")
+@click.option(
+    "--store-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Keep the stores here (beir/, locomo/) and reuse them on the next run.",
+)
+@REPORT_OPTIONS
+def ablation(
+    beir_folder: Path | None,
+    locomo_file: Path | None,
+    specs: tuple[str, ...],
+    only: tuple[str, ...],
+    history: str,
+    history_k: int,
+    age_days: float,
+    limit_queries: int | None,
+    store_dir: Path | None,
+    sets: tuple[str, ...],
+    results: Path,
+    as_json: bool,
+) -> None:
+    """Baseline against each re-rank factor alone: NDCG@10 on BEIR, Recall@5 on LoCoMo."""
+    from recalld.bench import ablation as ablation_bench
+
+    if beir_folder is None and locomo_file is None:
+        raise click.UsageError("give --beir FOLDER, --locomo FILE or both")
+    report = asyncio.run(
+        ablation_bench.run(
+            beir_folder,
+            locomo_file,
+            _workdir(store_dir),
+            _overrides(sets),
+            _variants(specs, only),
+            history,
+            history_k,
+            age_days,
+            limit_queries,
+        )
+    )
+    header, rows = ablation_bench.table(report)
+    _emit("ablation", report, as_json, results, rows, header)
+
+
 def _sizes(value: str) -> list[int]:
     try:
         sizes = [int(v.replace("_", "")) for v in value.split(",") if v.strip()]

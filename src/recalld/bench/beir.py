@@ -60,15 +60,18 @@ async def ingest_corpus(memory: AsyncMemory, corpus: dict[str, str], batch: int 
 
 
 async def evaluate(
-    memory: AsyncMemory, queries: dict[str, str], qrels: dict[str, dict[str, int]], mode: str
+    memory: AsyncMemory,
+    queries: dict[str, str],
+    qrels: dict[str, dict[str, int]],
+    mode: str,
+    overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Run every judged query in one mode and score it."""
+    """Run every judged query in one mode (plus any search `overrides`) and score it."""
     ndcg, r10, r100, mrr, latency = [], [], [], [], []
+    options = {**MODES[mode], **(overrides or {})}
     for qid, judged in qrels.items():
         started = time.perf_counter()
-        result = await memory.searcher.search(
-            queries[qid], limit=100, candidates=100, **MODES[mode]
-        )
+        result = await memory.searcher.search(queries[qid], limit=100, candidates=100, **options)
         latency.append((time.perf_counter() - started) * 1000)
         ranked = list(dict.fromkeys(h.chunk.source[len(SOURCE_PREFIX) :] for h in result.hits))
         relevant = {d for d, r in judged.items() if r > 0}

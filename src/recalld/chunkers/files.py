@@ -21,6 +21,7 @@ import re
 
 from recalld.chunkers.code import chunk_code
 from recalld.chunkers.conversation import conversation_chunks
+from recalld.chunkers.dates import with_dates
 from recalld.chunkers.decode import decode_text
 from recalld.chunkers.documents import DOCUMENT_FORMATS, convert_document
 from recalld.chunkers.formats import parse_conversations_text
@@ -183,7 +184,7 @@ def chunk_file(name: str, data: bytes, options: ChunkOptions = DEFAULT_OPTIONS) 
             text, notes = decode_text(data, name)
             data, charset = text.encode("utf-8"), "utf-8"
         markdown, more = convert_document(name, fmt, data, charset)
-        chunks = chunk_text(markdown, options, syntax="markdown", fmt=fmt)
+        chunks = with_dates(chunk_text(markdown, options, syntax="markdown", fmt=fmt), markdown)
         return ChunkedSource("text", fmt, chunks, notes + more)
 
     kind, syntax, fmt = _route(name, base, ext, data)
@@ -208,4 +209,5 @@ def chunk_file(name: str, data: bytes, options: ChunkOptions = DEFAULT_OPTIONS) 
         return ChunkedSource("code", fmt, chunks, notes)
     if kind == "json":
         return _chunk_json(name, text, fmt, options, notes)
-    return ChunkedSource("text", fmt, chunk_text(text, options, syntax=syntax, fmt=fmt), notes)
+    chunks = with_dates(chunk_text(text, options, syntax=syntax, fmt=fmt), text)
+    return ChunkedSource("text", fmt, chunks, notes)

@@ -39,8 +39,19 @@ def _routes(explain: dict[str, Any]) -> str:
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS))
 @click.option("--granularity", "granularities", multiple=True, type=click.Choice(GRANULARITIES))
 @click.option("--tag", "tags", multiple=True, help="Only chunks with this tag.")
-@click.option("--since", help="Only events at or after this date (ISO 8601).")
-@click.option("--until", help="Only events before this date (ISO 8601).")
+@click.option("--since", "--after", "since", help="Only events at or after this date (ISO 8601).")
+@click.option("--until", "--before", "until", help="Only events before this date (ISO 8601).")
+@click.option(
+    "--budget",
+    type=click.IntRange(1, 1_000_000),
+    help="Pack the hits (with parent context for facts) into this many model tokens.",
+)
+@click.option(
+    "--no-time",
+    "no_time",
+    is_flag=True,
+    help='Ignore time words in the query ("last week", "the first time").',
+)
 @client_command
 @pass_client
 def search(
@@ -56,9 +67,15 @@ def search(
     tags: tuple[str, ...],
     since: str | None,
     until: str | None,
+    budget: int | None,
+    no_time: bool,
     as_json: bool,
 ) -> None:
-    """Search memory: hybrid vector + keyword search."""
+    """Search memory: hybrid vector + keyword search.
+
+    Time words in the query ("last week", "in March 2023", "the first time") favour hits
+    from that time, relative to the latest date in the searched sources.
+    """
     filters = {
         "sources": list(sources),
         "kinds": list(kinds),
@@ -68,7 +85,14 @@ def search(
         "until": until,
     }
     result = client.search(
-        " ".join(query), limit=limit, mode=mode, filters=filters, explain=explain, expand=expand
+        " ".join(query),
+        limit=limit,
+        mode=mode,
+        filters=filters,
+        explain=explain,
+        expand=expand,
+        budget_tokens=budget,
+        time_aware=False if no_time else None,
     )
 
     def render(out: Console) -> None:
@@ -94,7 +118,23 @@ def search(
             rows,
             title=f"{len(hits)} hits, confidence {result['tier']}",
         )
+        packing = result.get("packing")
+        if packing:
+            out.print(
+                f"packed {packing['used_tokens']}/{packing['budget_tokens']} tokens; "
+                f"dropped {len(packing['dropped'])} hits, "
+                f"{len(packing['context_dropped'])} contexts"
+            )
         if explain:
+            time_note = result.get("explain", {}).get("time")
+            if time_note:
+                out.print(
+                    f"  time: {', '.join(time_note['phrases'])} -> "
+                    f"{time_note['start'] or '...'} to {time_note['end'] or '...'}"
+                    f"{', order ' + time_note['order'] if time_note['order'] else ''}"
+                    f" (anchor {time_note['anchor']}, {time_note['mode']})",
+                    markup=False,
+                )
             for i, hit in enumerate(hits, start=1):
                 out.print(f"  #{i} id {hit['id']}: {_routes(hit.get('explain', {}))}")
 

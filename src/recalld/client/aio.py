@@ -153,10 +153,15 @@ class AsyncClient:
         filters: Mapping[str, Any] | None = None,
         explain: bool = False,
         expand: int | None = None,
+        budget_tokens: int | None = None,
+        time_aware: bool | None = None,
     ) -> dict[str, Any]:
-        """Hybrid search. `filters` takes sources, kinds, granularities, tags, since, until."""
+        """Hybrid search. `filters` takes sources, kinds, granularities, tags, since, until;
+        `budget_tokens` packs the hits to that many model tokens (the result's `packing`
+        says what was used and dropped); `time_aware=False` ignores time words in the query."""
         result: dict[str, Any] = await self.call(
-            "search", search_params(query, limit, mode, filters, explain, expand)
+            "search",
+            search_params(query, limit, mode, filters, explain, expand, budget_tokens, time_aware),
         )
         return result
 

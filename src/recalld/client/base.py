@@ -101,6 +101,8 @@ def search_params(
     filters: Mapping[str, Any] | None,
     explain: bool,
     expand: int | None,
+    budget_tokens: int | None = None,
+    time_aware: bool | None = None,
 ) -> dict[str, Any]:
     """Params of `search`, leaving out what is unset."""
     params: dict[str, Any] = {"query": query}
@@ -114,6 +116,10 @@ def search_params(
         params["explain"] = True
     if expand is not None:
         params["expand"] = expand
+    if budget_tokens is not None:
+        params["budget_tokens"] = budget_tokens
+    if time_aware is not None:
+        params["time_aware"] = time_aware
     return params
 
 

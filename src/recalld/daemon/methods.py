@@ -139,6 +139,8 @@ async def search(ctx: Context, params: Params, progress: Progress) -> Any:
         raise InvalidParams(f"param 'mode' must be one of {', '.join(MODES)}", "mode")
     explain = params.boolean("explain", False)
     expand = params.integer("expand", None, low=0, high=20)
+    budget = params.integer("budget_tokens", None, low=1, high=1_000_000)
+    time_aware = params.boolean("time_aware", None)
     f = params.object("filters")
     filters = Filters(
         sources=f.strings("sources"),
@@ -155,12 +157,18 @@ async def search(ctx: Context, params: Params, progress: Progress) -> Any:
         overrides["mode"] = mode
     if expand is not None:
         overrides["expand"] = expand
+    if budget is not None:
+        overrides["budget_tokens"] = budget
+    if time_aware is not None:
+        overrides["time_aware"] = time_aware
     result = await ctx.memory.search(query, limit=limit, filters=filters, **overrides)
     out: dict[str, Any] = {
         "hits": [hit_dict(h, explain) for h in result.hits],
         "tier": result.tier,
         "rejected": result.rejected,
     }
+    if result.packing is not None:
+        out["packing"] = result.packing
     if explain:
         out["explain"] = result.explain
     return out

@@ -287,6 +287,8 @@ class Ingestor:
                 doc.content_hash,
                 doc.mtime,
                 doc.size,
+                # Every chunk has an event time (issue 8): undated ones take the file's mtime.
+                doc.mtime if doc.mtime is not None else time.time(),
             )
 
             async def write(

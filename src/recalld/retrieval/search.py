@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import time
 from collections import OrderedDict
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -22,15 +23,17 @@ import numpy.typing as npt
 from recalld.config import SearchSettings
 from recalld.embeddings.base import Embedder
 from recalld.errors import EmbeddingError, QueryError, RecalldError
-from recalld.retrieval import activation, diversity, fusion, gate, rerank, status
+from recalld.retrieval import activation, diversity, fusion, gate, packing, rerank, status, temporal
+from recalld.retrieval.timeparse import TimeIntent, parse
 from recalld.storage import readers
 from recalld.storage.fts import match_expression, query_terms, quote_term
 from recalld.storage.store import Store
-from recalld.types import NO_FILTERS, Chunk, Filters, Hit, SearchResult
+from recalld.types import NO_FILTERS, Filters, Hit, SearchResult
 
 logger = logging.getLogger(__name__)
 
 MODES = ("hybrid", "vector", "bm25")
+TIME_MODES = ("boost", "filter")
 FUSIONS = ("score", "rrf")
 WEIGHTINGS = ("coverage", "idf", "fixed")
 
@@ -136,11 +139,14 @@ class Searcher:
             opts.mode not in MODES
             or opts.fusion not in FUSIONS
             or (opts.weighting not in WEIGHTINGS)
+            or opts.time_mode not in TIME_MODES
         ):
             raise QueryError(
-                f"mode must be one of {MODES}, fusion one of {FUSIONS} and weighting one of "
-                f"{WEIGHTINGS}"
+                f"mode must be one of {MODES}, fusion one of {FUSIONS}, weighting one of "
+                f"{WEIGHTINGS} and time_mode one of {TIME_MODES}"
             )
+        if opts.budget_tokens < 0:
+            raise QueryError("budget_tokens must be 0 (no packing) or more")
         limit = opts.limit if limit is None else limit
         if limit < 1 or limit > 1000:
             raise QueryError("limit must be between 1 and 1000")
@@ -152,6 +158,15 @@ class Searcher:
         use_keyword = opts.mode in ("hybrid", "bm25") or opts.gate
 
         degraded: list[str] = []
+        # Time-aware search (issue 8): a time expression in the query narrows recall (filter)
+        # or boosts the fused candidates in its range (boost), relative to the scope's dates.
+        intent: TimeIntent | None = None
+        time_note: dict[str, Any] | None = None
+        if opts.time_aware:
+            intent, time_note = await self._time_intent(query, filters)
+        recall_filters = filters
+        if intent is not None and intent.has_range and opts.time_mode == "filter":
+            recall_filters = temporal.narrow(filters, intent)
 
         async def vector_route() -> list[tuple[int, float]]:
             t0 = time.perf_counter()
@@ -167,14 +182,14 @@ class Searcher:
             self._embedding_down = False
             timings["embed_ms"] = (time.perf_counter() - t0) * 1000
             t1 = time.perf_counter()
-            hits = await self.store.read(lambda c: readers.knn(c, vector, pool, filters))
+            hits = await self.store.read(lambda c: readers.knn(c, vector, pool, recall_filters))
             timings["vector_ms"] = (time.perf_counter() - t1) * 1000
             return hits
 
         async def keyword_route() -> list[tuple[int, float]]:
             t0 = time.perf_counter()
             expr = match_expression(terms)
-            hits = await self.store.read(lambda c: readers.fts(c, expr, pool, filters))
+            hits = await self.store.read(lambda c: readers.fts(c, expr, pool, recall_filters))
             timings["bm25_ms"] = (time.perf_counter() - t0) * 1000
             return hits
 
@@ -252,10 +267,35 @@ class Searcher:
         order = [c for c in order if c in chunks]
         final_scores = dict(fused)
         factor_detail: dict[int, dict[str, float]] = {}
-        if order and (
-            opts.recency_half_life_days > 0 or opts.frequency_weight or opts.importance_weight
-        ):
-            order, final_scores, factor_detail = self._rerank(order, fused, chunks, opts)
+        time_detail: dict[int, dict[str, float]] = {}
+        if intent is not None:
+            # A filtered range needs no boost; an ordering still applies.
+            order, final_scores, time_detail = temporal.boost(
+                order,
+                final_scores,
+                {c: chunks[c].event_time for c in order},
+                intent,
+                range_weight=opts.time_weight if opts.time_mode == "boost" else 0.0,
+                order_weight=opts.time_order_weight,
+            )
+        factor_weights = rerank.Weights(
+            opts.semantic_weight,
+            opts.recency_weight,
+            opts.recency_half_life_days,
+            opts.frequency_weight,
+            opts.importance_weight,
+        )
+        if order and factor_weights.any_factor():
+            scored = rerank.rerank_scores(
+                [rerank.factors_of(chunks[c], final_scores[c], time.time()) for c in order],
+                factor_weights,
+            )
+            final_scores = {c: s for c, (s, _) in zip(order, scored, strict=True)}
+            factor_detail = {
+                c: {k: round(v, 4) for k, v in parts.items()}
+                for c, (_, parts) in zip(order, scored, strict=True)
+            }
+            order = sorted(order, key=lambda c: -final_scores[c])
         penalised: dict[int, float] = {}
         if opts.status_penalty and order:
             statuses = {c: chunks[c].status for c in order}
@@ -286,9 +326,14 @@ class Searcher:
                 explain["activation"] = reached[cid].as_dict()
             if cid in penalised:
                 explain["status_penalty"] = penalised[cid]
+            if cid in time_detail:
+                explain["time"] = time_detail[cid]
             hits.append(Hit(chunk=chunks[cid], score=final_scores[cid], explain=explain))
         if opts.expand > 0 and hits:
             await self._expand(hits, opts.expand)
+        packed = None
+        if opts.budget_tokens and hits:
+            hits, packed = await self._pack(hits, opts.budget_tokens)
         timings["total_ms"] = (time.perf_counter() - started) * 1000
         summary = {
             "mode": opts.mode,
@@ -309,9 +354,15 @@ class Searcher:
         }
         if degraded:
             summary["vector_unavailable"] = degraded[0]
+        if time_note is not None:
+            time_entry: dict[str, Any] = {**time_note}
+            time_entry["mode"] = opts.time_mode
+            summary["time"] = time_entry
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("search: %d hits, %s", len(hits), summary["timings_ms"])
-        return SearchResult(hits=hits, tier=result_tier, rejected=rejected, explain=summary)
+        return SearchResult(
+            hits=hits, tier=result_tier, rejected=rejected, explain=summary, packing=packed
+        )
 
     async def _coverage(
         self, terms: list[str], dfs: list[int], total: int, kw_hits: list[tuple[int, float]]
@@ -322,36 +373,35 @@ class Searcher:
         matched = await self.store.read(lambda c: readers.matched_terms(c, top, expressions))
         return fusion.idf_coverage(dfs, matched, total)
 
-    def _rerank(
-        self,
-        order: list[int],
-        fused: dict[int, float],
-        chunks: dict[int, Chunk],
-        opts: SearchSettings,
-    ) -> tuple[list[int], dict[int, float], dict[int, dict[str, float]]]:
-        now = time.time()
-        factors = []
-        for cid in order:
-            chunk = chunks[cid]
-            # MemX: prefer the last retrieval, fall back to creation (or the event itself).
-            stamp = chunk.last_retrieved_at or chunk.event_time or chunk.created_at
-            uses = chunk.retrieval_count or chunk.access_count
-            factors.append(
-                rerank.Factors(fused[cid], (now - stamp) / 86400, uses, chunk.importance)
+    async def _time_intent(
+        self, query: str, filters: Filters
+    ) -> tuple[TimeIntent | None, dict[str, Any] | None]:
+        """The query's time intent, or None when it says nothing about time."""
+        if parse(query, datetime.now(UTC)).is_empty():
+            return None, None  # most queries: no anchor to look up
+        # "Now" is the latest event in the searched scope (a 2023 chat's "last week" is in
+        # 2023), never later than the wall clock.
+        latest = await self.store.read(lambda c: readers.latest_event_time(c, filters))
+        anchor = min(latest, time.time()) if latest is not None else time.time()
+
+        async def find_event(phrase: str) -> float | None:
+            found = await self.search(
+                phrase, limit=1, filters=filters, time_aware=False, gate=False, budget_tokens=0
             )
-        scored = rerank.rerank_scores(
-            factors,
-            half_life_days=opts.recency_half_life_days,
-            recency_weight=0.25 if opts.recency_half_life_days > 0 else 0.0,
-            frequency_weight=opts.frequency_weight,
-            importance_weight=opts.importance_weight,
+            return found.hits[0].chunk.event_time if found.hits else None
+
+        intent, note = await temporal.read_intent(query, anchor, find_event)
+        if intent.is_empty():
+            return None, None
+        return intent, note
+
+    async def _pack(self, hits: list[Hit], budget: int) -> tuple[list[Hit], dict[str, Any]]:
+        """Pack the hits to `budget` tokens, with their parent as context for fact hits."""
+        parent_ids = [h.chunk.parent_id for h in hits if h.chunk.parent_id is not None]
+        parents = await self.store.read(lambda c: readers.chunks_by_id(c, parent_ids))
+        return await asyncio.to_thread(
+            packing.pack, hits, budget, packing.token_counter(self.embedder), parents
         )
-        scores = {cid: s for cid, (s, _) in zip(order, scored, strict=True)}
-        detail = {
-            cid: {k: round(v, 4) for k, v in parts.items()}
-            for cid, (_, parts) in zip(order, scored, strict=True)
-        }
-        return sorted(order, key=lambda c: -scores[c]), scores, detail
 
     async def _expand(self, hits: list[Hit], window: int) -> None:
         """Attach neighbouring chunks (documents) or the parent chunk (rounds and facts)."""

@@ -6,6 +6,7 @@ bound parameters; user text only ever reaches SQLite as a bound value.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -164,6 +165,23 @@ async def fts(conn: Any, expression: str, k: int, filters: Filters) -> list[tupl
             [expression, *params, k],
         )
     return [(int(r[0]), -float(r[1])) for r in rows]
+
+
+async def latest_event_time(conn: Any, filters: Filters) -> float | None:
+    """The latest chunk event time among chunks matching `filters` (time bounds ignored):
+    "now" for the relative time expressions of a question about that scope."""
+    scope = dataclasses.replace(filters, since=None, until=None)
+    if scope.is_empty():
+        rows = await fetchall(conn, "SELECT max(event_time) FROM chunks")
+    else:
+        where, params = filter_sql(scope)
+        rows = await fetchall(
+            conn,
+            "SELECT max(c.event_time) FROM chunks c JOIN documents d ON d.id = c.document_id "
+            f"WHERE {where}",
+            params,
+        )
+    return None if not rows or rows[0][0] is None else float(rows[0][0])
 
 
 async def document_frequency(conn: Any, expression: str) -> int:

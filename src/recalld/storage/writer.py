@@ -53,6 +53,9 @@ class NewDocument:
     content_hash: str
     mtime: float | None = None
     size: int | None = None
+    # The event time of chunks that bring none (the file's mtime, or the ingest time). Kept
+    # chunks keep theirs: a paragraph untouched by an edit still dates from when it was written.
+    event_time: float | None = None
 
 
 # An auto link from a new chunk: (relation, target chunk id or target draft key, weight).
@@ -135,7 +138,7 @@ async def replace_document(
                 json.dumps(list(draft.tags)),
                 draft.memory_type,
                 draft.importance,
-                draft.event_time,
+                draft.event_time if draft.event_time is not None else doc.event_time,
                 now,
                 json.dumps(draft.meta, ensure_ascii=False, default=str),
             )
@@ -256,6 +259,20 @@ async def record_error(conn: Any, source: str, error_type: str, message: str) ->
 async def clear_errors(conn: Any, source: str) -> None:
     """Forget the errors of a source that has now been ingested."""
     await conn.execute("DELETE FROM errors WHERE source = ?", (source,))
+
+
+async def reset_usage(conn: Any, *, created_at: float | None = None) -> None:
+    """Clear every chunk's use counters, and back-date creation when `created_at` is given.
+
+    For benchmarks only (`recalld.bench ablation`): a re-used store must start each run from
+    the same state, and a corpus "ingested a while ago" lets recency tell fresh retrievals
+    from old chunks.
+    """
+    await conn.execute(
+        "UPDATE chunks SET retrieval_count = 0, last_retrieved_at = NULL, access_count = 0, "
+        "last_accessed_at = NULL, created_at = coalesce(?, created_at)",
+        (created_at,),
+    )
 
 
 async def count_use(conn: Any, chunk_ids: Sequence[int], *, retrieval: bool) -> None:
