@@ -21,6 +21,7 @@ import aiosqlite
 
 from recalld.errors import ModelMismatchError, QueryError, StoreError
 from recalld.storage import schema, vectors
+from recalld.storage.backend import is_url
 from recalld.storage.connection import DatabaseError, OperationalError, connect
 
 logger = logging.getLogger(__name__)
@@ -107,20 +108,38 @@ class Store:
     @classmethod
     async def open(
         cls,
-        path: Path,
+        path: Path | str,
         *,
         model_id: str,
         dimension: int,
         readers: int = 4,
         query_timeout_ms: int = 5000,
+        isolate_users: bool = False,
+        vector_index: str = "hnsw",
     ) -> Store:
         """Open (creating or migrating) the store at `path`.
+
+        A `postgresql://` URL opens the PostgreSQL store (`storage.pg.store.PgStore`), which
+        has this interface; `isolate_users` and `vector_index` apply to it alone.
 
         Raises:
             SchemaTooNewError: The file comes from a newer recalld.
             ModelMismatchError: The file was embedded with another model.
             StoreError: The file cannot be opened as a store.
         """
+        if is_url(path):
+            from recalld.storage.pg.store import PgStore  # psycopg is an optional dependency
+
+            return await PgStore.open_url(
+                str(path),
+                model_id=model_id,
+                dimension=dimension,
+                readers=readers,
+                query_timeout_ms=query_timeout_ms,
+                isolate_users=isolate_users,
+                vector_index=vector_index,
+            )
+        path = Path(path)
         await asyncio.to_thread(_prepare, path, model_id, dimension)
         writer = await _open_connection(path, readonly=False)
         pool = [await _open_connection(path, readonly=True) for _ in range(max(1, readers))]

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.storage import vectors
+from recalld.storage.backend import routed
 from recalld.types import ChunkDraft
 
 
@@ -69,6 +70,7 @@ async def _fetchall(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any
         return list(await cursor.fetchall())
 
 
+@routed
 async def replace_document(conn: Any, doc: NewDocument, chunks: Sequence[NewChunk]) -> int:
     """Replace a document and its chunks in the caller's transaction.
 
@@ -175,6 +177,7 @@ async def replace_document(conn: Any, doc: NewDocument, chunks: Sequence[NewChun
     return doc_id
 
 
+@routed
 async def delete_chunks(conn: Any, chunk_ids: Iterable[int]) -> None:
     """Delete chunks with their vectors; FTS rows go with them by trigger, links by cascade."""
     params = [(cid,) for cid in chunk_ids]
@@ -186,6 +189,7 @@ async def delete_chunks(conn: Any, chunk_ids: Iterable[int]) -> None:
     await conn.executemany("DELETE FROM chunks WHERE id = ?", params)
 
 
+@routed
 async def delete_document(conn: Any, source: str) -> bool:
     """Delete a document and everything that hangs off it. Returns whether it existed."""
     rows = await _fetchall(conn, "SELECT id FROM documents WHERE source = ?", (source,))
@@ -201,6 +205,7 @@ async def delete_document(conn: Any, source: str) -> bool:
     return True
 
 
+@routed
 async def move_document(conn: Any, old: str, new: str) -> bool:
     """Rename a document's source, replacing any document already at `new`."""
     rows = await _fetchall(conn, "SELECT id FROM documents WHERE source = ?", (old,))
@@ -214,6 +219,7 @@ async def move_document(conn: Any, old: str, new: str) -> bool:
     return True
 
 
+@routed
 async def record_error(conn: Any, source: str, error_type: str, message: str) -> None:
     """Record why a source could not be ingested."""
     await conn.execute(
@@ -222,11 +228,13 @@ async def record_error(conn: Any, source: str, error_type: str, message: str) ->
     )
 
 
+@routed
 async def clear_errors(conn: Any, source: str) -> None:
     """Forget the errors of a source that has now been ingested."""
     await conn.execute("DELETE FROM errors WHERE source = ?", (source,))
 
 
+@routed
 async def count_use(conn: Any, chunk_ids: Sequence[int], *, retrieval: bool) -> None:
     """Count retrievals (returned by search) or accesses (read explicitly) apart, as MemX does."""
     column = "retrieval" if retrieval else "access"
