@@ -180,6 +180,10 @@ async def migrate(conn: psycopg.AsyncConnection[Any]) -> int:
         StoreError: A migration failed (its transaction is rolled back).
     """
     newest = MIGRATIONS[-1][0]
+    current = await schema_version(conn)
+    if current == newest:
+        # Up to date: ordinary roles (isolated stores) may not create anything, so try nothing.
+        return current
     async with conn.transaction():
         await conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
         await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
@@ -249,3 +253,10 @@ async def isolate_users(conn: psycopg.AsyncConnection[Any]) -> None:
             f"CREATE POLICY {table}_own ON {table} "
             "USING (scope = current_user) WITH CHECK (scope = current_user)"
         )
+    # Every role may use the tables; the policies decide which rows it sees and writes.
+    await conn.execute(
+        "GRANT SELECT, INSERT, UPDATE, DELETE ON documents, chunks, links, errors, chunks_vec "
+        "TO PUBLIC"
+    )
+    await conn.execute("GRANT SELECT ON meta TO PUBLIC")
+    await conn.execute("GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO PUBLIC")
