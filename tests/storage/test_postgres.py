@@ -3,6 +3,7 @@ per-user isolation. The behaviour both backends share is tested on both in test_
 
 import asyncio
 import getpass
+import json
 import socket
 import uuid
 from collections.abc import AsyncIterator
@@ -63,7 +64,7 @@ async def test_schema_version_indexes_and_model_stamp(pg_url: str):
 
 async def test_newer_schema_and_other_model_are_refused(pg_url: str):
     await (await Store.open(pg_url, model_id="hash-64", dimension=64)).close()
-    with pytest.raises(ModelMismatchError, match="set embed.model back") as info:
+    with pytest.raises(ModelMismatchError, match=r"set embed\.model back") as info:
         await Store.open(pg_url, model_id="hash-64", dimension=32)
     assert info.value.data["stored_dimension"] == 64
     with psycopg.connect(pg_url, autocommit=True) as conn:
@@ -106,16 +107,16 @@ async def test_two_daemons_ingesting_the_same_sources_store_each_once(
     await asyncio.gather(
         *(first.add_file(p) for p in corpus), *(second.add_file(p) for p in reversed(corpus))
     )
-    await asyncio.gather(first.remember("the standup moved to 9:30"), second.remember(
-        "the standup moved to 9:30"
-    ))
+    await asyncio.gather(
+        first.remember("the standup moved to 9:30"), second.remember("the standup moved to 9:30")
+    )
     counts = await first.counts()
     assert counts["documents"] == len(corpus) + 1
     assert counts["partial_documents"] == 0 and counts["errors"] == 0
     assert rows(pg_url, "SELECT source FROM documents GROUP BY source HAVING count(*) > 1") == []
-    assert rows(
-        pg_url, "SELECT document_id, text FROM chunks GROUP BY 1, 2 HAVING count(*) > 1"
-    ) == []
+    assert (
+        rows(pg_url, "SELECT document_id, text FROM chunks GROUP BY 1, 2 HAVING count(*) > 1") == []
+    )
     # Vectors and keyword index stay in step with the chunks.
     [(chunks, vectors)] = rows(
         pg_url, "SELECT (SELECT count(*) FROM chunks), (SELECT count(*) FROM chunks_vec)"
@@ -178,3 +179,71 @@ async def test_isolated_users_read_and_write_only_their_own_rows(
     finally:
         await alice.close()
         await bob.close()
+
+
+def test_migrate_moves_a_sqlite_store_with_its_vectors(tmp_path: Path, pg_url: str):
+    from click.testing import CliRunner
+
+    from recalld.cli import cli
+
+    lite = load_settings(
+        None, {"RECALLD_HOME": str(tmp_path / "lite"), "RECALLD_EMBED__MODEL": "hash:64"}
+    ).settings
+    queries = ["standup time", "database migration plan", "ERR_CONN_RESET upstream"]
+
+    async def fill_and_search() -> list[tuple]:
+        async with await AsyncMemory.open(lite) as memory:
+            await memory.remember("the standup moved to 9:30", tags=("team",))
+            await memory.add_text(
+                "# Plan\n\nThe database migration plan has three steps.\n\n# Risks\n\n"
+                "We saw ERR_CONN_RESET from upstream during the dry run.",
+                source="notes/plan.md",
+                name="plan.md",
+            )
+            await memory.add_text(
+                '[{"role": "user", "content": "when is the standup?"}, '
+                '{"role": "assistant", "content": "at 9:30 every day"}]',
+                source="chats/standup.json",
+                name="standup.json",
+            )
+            return [await top(memory, q) for q in queries]
+
+    before = asyncio.run(fill_and_search())
+    result = CliRunner().invoke(
+        cli,
+        [
+            "migrate",
+            "--from",
+            str(lite.store_path),
+            "--to",
+            pg_url,
+            "--vector-index",
+            VECTOR_INDEX,
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["counts"]["chunks"] == report["counts"]["chunks_vec"] > 3
+    assert report["counts"]["documents"] == 3
+    assert "postgres:" not in report["to"] or "********" in report["to"]
+
+    async def search_migrated() -> tuple[list[tuple], list]:
+        async with await AsyncMemory.open(settings_for(tmp_path / "pg", pg_url)) as memory:
+            parents = await memory.store.read(
+                lambda c: c.fetchall("SELECT count(*) FROM chunks WHERE parent_id IS NOT NULL")
+            )
+            await memory.remember("a memory written after the move")  # ids keep counting
+            return [await top(memory, q) for q in queries], parents
+
+    after, parents = asyncio.run(search_migrated())
+    assert after == before
+    assert parents[0][0] > 0  # conversation rounds keep their session parents
+
+    again = CliRunner().invoke(cli, ["migrate", "--from", str(lite.store_path), "--to", pg_url])
+    assert again.exit_code != 0 and "already holds documents" in str(again.exception)
+
+
+async def top(memory: AsyncMemory, query: str) -> tuple:
+    hits = (await memory.search(query, gate=False, limit=3)).hits
+    return tuple((h.chunk.id, h.chunk.source, h.chunk.text) for h in hits)

@@ -15,6 +15,7 @@ import click
 from recalld import __version__
 from recalld.cli.admin import check, config, errors, status
 from recalld.cli.ingest import ingest, sources
+from recalld.cli.migrate import migrate
 from recalld.cli.search import forget, get, remember, search
 from recalld.cli.service import serve, service
 from recalld.errors import DaemonNotRunning, RecalldError
@@ -45,6 +46,7 @@ for command in (
     check,
     config,
     service,
+    migrate,
 ):
     cli.add_command(command)
 
