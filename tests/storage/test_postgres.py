@@ -41,6 +41,7 @@ def rows(url: str, sql: str) -> list[tuple]:
 
 
 async def test_schema_version_indexes_and_model_stamp(pg_url: str):
+    # An empty HNSW index is safe even where pgvector's HNSW cannot insert (VECTOR_INDEX).
     store = await Store.open(pg_url, model_id="hash-64", dimension=64, vector_index="hnsw")
     await store.close()
     meta = dict(rows(pg_url, "SELECT key, value FROM meta"))
@@ -247,3 +248,23 @@ def test_migrate_moves_a_sqlite_store_with_its_vectors(tmp_path: Path, pg_url: s
 async def top(memory: AsyncMemory, query: str) -> tuple:
     hits = (await memory.search(query, gate=False, limit=3)).hits
     return tuple((h.chunk.id, h.chunk.source, h.chunk.text) for h in hits)
+
+
+async def test_check_reports_a_broken_invariant(pg_url: str):
+    from recalld.storage.check import check_store
+
+    store = await Store.open(pg_url, model_id="hash-64", dimension=64, vector_index=VECTOR_INDEX)
+    try:
+        from .conftest import put
+
+        await put(store, "a.md", ["alpha one", "alpha two"])
+        report = await asyncio.to_thread(check_store, store.path)
+        assert report["ok"] and report["counts"]["vectors"] == 2
+        assert "********" not in report["path"] and ":@" not in report["path"]
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("UPDATE documents SET chunk_count = 5")
+        report = await asyncio.to_thread(check_store, store.path)
+        assert not report["ok"]
+        assert [c["name"] for c in report["checks"] if not c["ok"]] == ["chunk_count_mismatch"]
+    finally:
+        await store.close()

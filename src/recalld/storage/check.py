@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from recalld.errors import StoreError
+from recalld.storage.backend import is_url
 from recalld.storage.connection import DatabaseError, connect
 
 # Each check: a name, one query returning a single number that must be 0, and what it means.
@@ -154,6 +155,10 @@ def check_store(path: Path) -> dict[str, Any]:
     Raises:
         StoreError: The file does not exist or cannot be read as a store.
     """
+    if is_url(path):  # a PostgreSQL store's `path` (see `storage.pg.store.StoreUrl`)
+        from recalld.storage.pg.check import check_store as check_postgres
+
+        return check_postgres(getattr(path, "url", str(path)), str(path))
     if not path.exists():
         raise StoreError(
             f"no store at {path}; start `recalld serve` once to create it", data={"path": str(path)}

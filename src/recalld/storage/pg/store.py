@@ -35,6 +35,18 @@ T = TypeVar("T")
 GENERATION_PERIOD_S = 10.0
 
 
+class StoreUrl(str):
+    """A PostgreSQL store's `path`: reads as the URL without its password (for `status` and
+    logs) and carries the full URL in `url` for `check`, which opens its own connection."""
+
+    url: str
+
+    def __new__(cls, url: str) -> StoreUrl:
+        shown = super().__new__(cls, redact(url))
+        shown.url = url
+        return shown
+
+
 def redact(url: str) -> str:
     """The URL without its password, for logs and `status`."""
     info = psycopg.conninfo.conninfo_to_dict(url)
@@ -110,7 +122,7 @@ class PgStore(Store):
         isolated: bool,
         identity: Writer,
     ) -> None:
-        self.path = redact(url)  # type: ignore[assignment]
+        self.path = StoreUrl(url)  # type: ignore[assignment]
         self.url = url
         self.model_id = model_id
         self.dimension = dimension
