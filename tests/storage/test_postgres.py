@@ -266,5 +266,13 @@ async def test_check_reports_a_broken_invariant(pg_url: str):
         report = await asyncio.to_thread(check_store, store.path)
         assert not report["ok"]
         assert [c["name"] for c in report["checks"] if not c["ok"]] == ["chunk_count_mismatch"]
+        from recalld.storage.repair import check_and_repair
+
+        async def never(_: object) -> None:
+            raise AssertionError("nothing is re-ingested or forgotten")
+
+        repaired = await check_and_repair(store, None, never, never)
+        assert repaired["repair"]["before"]["failed"] == ["chunk_count_mismatch"]
+        assert [u["name"] for u in repaired["repair"]["unrepaired"]] == ["chunk_count_mismatch"]
     finally:
         await store.close()
