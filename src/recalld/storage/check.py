@@ -145,8 +145,8 @@ def _fts_integrity(path: Path) -> dict[str, Any]:
         conn.close()
 
 
-def check_store(path: Path) -> dict[str, Any]:
-    """Run every check on the store file at `path`.
+def check_store(path: Path | str) -> dict[str, Any]:
+    """Run every check on the store file at `path` (or the PostgreSQL store its URL names).
 
     Returns:
         `{"ok": bool, "path", "counts": {...}, "checks": [{"name", "ok", "value", "detail"}],
@@ -158,7 +158,8 @@ def check_store(path: Path) -> dict[str, Any]:
     if is_url(path):  # a PostgreSQL store's `path` (see `storage.pg.store.StoreUrl`)
         from recalld.storage.pg.check import check_store as check_postgres
 
-        return check_postgres(getattr(path, "url", str(path)), str(path))
+        return check_postgres(getattr(path, "url", str(path)))
+    path = Path(path)
     if not path.exists():
         raise StoreError(
             f"no store at {path}; start `recalld serve` once to create it", data={"path": str(path)}

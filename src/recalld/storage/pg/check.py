@@ -15,6 +15,7 @@ import psycopg
 
 from recalld.errors import StoreError
 from recalld.storage.check import ZERO_CHECKS, _report, _result
+from recalld.storage.pg.store import redact
 
 # The SQLite checks whose SQL is plain SQL on the same tables; FTS rows are the chunks' tsv.
 _SHARED = {
@@ -26,9 +27,10 @@ _SHARED = {
 }
 
 
-def check_store(url: str, shown: str) -> dict[str, Any]:
-    """Run every check on the PostgreSQL store at `url` (`shown`: the URL without password)."""
+def check_store(url: str) -> dict[str, Any]:
+    """Run every check on the PostgreSQL store at `url`; the report names it without password."""
     started = time.perf_counter()
+    shown = redact(url)
     try:
         with psycopg.connect(url, autocommit=True) as conn:
 
