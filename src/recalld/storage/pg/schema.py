@@ -14,7 +14,8 @@ Differences from SQLite, and why:
   the `english` configuration (stemming, stopwords) and `simple` (every token as written), so
   stopword-only queries and identifiers still match. Both see the text through `recalld_fold`,
   which strips Latin diacritics as FTS5's `remove_diacritics 2` does (the bundled PostgreSQL
-  has no `unaccent`). The default parser splits `ERR_CONN_RESET` and `snake_case` at the
+  has no `unaccent`; `translate` costs about a millisecond per chunk, so ASCII text, most
+  text, skips it). The default parser splits `ERR_CONN_RESET` and `snake_case` at the
   underscores, as FTS5's unicode61 does; the query side matches the parts as a phrase.
 - every row carries `scope`: '' in a shared store; with `isolate_users` the writing role's
   name, enforced by row-level security, so one role never sees another's rows. Sources are
@@ -62,11 +63,12 @@ _FROM, _TO = _fold_table()
 M001_CORE = f"""
 CREATE OR REPLACE FUNCTION recalld_fold(t text) RETURNS text
     LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
-    RETURN translate(t, {_literal(_FROM)}, {_literal(_TO)});
+    RETURN CASE WHEN t ~ '[^\\x01-\\x7f]' THEN translate(t, {_literal(_FROM)}, {_literal(_TO)})
+        ELSE t END;
 CREATE OR REPLACE FUNCTION recalld_tsv(t text) RETURNS tsvector
     LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
-    RETURN to_tsvector('english'::regconfig, recalld_fold(t))
-        || to_tsvector('simple'::regconfig, recalld_fold(t));
+    RETURN (SELECT to_tsvector('english'::regconfig, f) || to_tsvector('simple'::regconfig, f)
+        FROM recalld_fold(t) AS f);
 CREATE OR REPLACE FUNCTION recalld_term(t text) RETURNS tsquery
     LANGUAGE sql IMMUTABLE PARALLEL SAFE STRICT
     RETURN phraseto_tsquery('english'::regconfig, recalld_fold(t))
