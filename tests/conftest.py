@@ -33,3 +33,6 @@ def logging_untouched() -> Iterator[None]:
 def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One cache dir for the built ONNX graph, shared by the whole session."""
     return tmp_path_factory.mktemp("models")
+
+
+from tests.helpers.postgres import pg_server, pg_url  # noqa: E402, F401 - suite-wide fixtures

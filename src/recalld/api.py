@@ -125,12 +125,14 @@ class AsyncMemory:
                 load_embedder, spec, settings.model_cache_dir, settings.embed
             )
         store = await Store.open(
-            settings.store_path,
+            settings.store_location,
             model_id=embedder.model_id,
             dimension=embedder.dimension,
             readers=settings.store.readers,
             query_timeout_ms=settings.store.query_timeout_ms,
             model_spec=spec if owns_embedder else None,
+            isolate_users=settings.store.isolate_users,
+            vector_index=settings.store.vector_index,
         )
         return cls(
             settings, store, embedder, await calibrate(embedder), owns_embedder=owns_embedder

@@ -57,11 +57,17 @@ class Secret:
 
 @dataclass(frozen=True)
 class StoreSettings:
-    """Where the SQLite file lives and how it is opened."""
+    """Where the store lives and how it is opened."""
 
-    path: str = ""  # empty: <data dir>/recalld.db
+    # empty: <data dir>/recalld.db; a `postgresql://` URL selects the PostgreSQL backend.
+    path: str = ""
     readers: int = 4
     query_timeout_ms: int = 5000
+    # PostgreSQL only, fixed when the store is created: each database role sees only its own
+    # documents and memories (row-level security).
+    isolate_users: bool = False
+    # PostgreSQL only, fixed when the store is created: "hnsw" (approximate, pgvector) or "exact".
+    vector_index: str = "hnsw"
 
 
 @dataclass(frozen=True)
@@ -207,9 +213,22 @@ class Settings:
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
 
     @property
+    def store_url(self) -> str:
+        """The PostgreSQL URL when `store.path` is one, else empty."""
+        path = self.store.path
+        return path if path.startswith(("postgresql://", "postgres://")) else ""
+
+    @property
     def store_path(self) -> Path:
-        """The SQLite file."""
+        """The SQLite file; on PostgreSQL, a local path that anchors this daemon's lock file."""
+        if self.store_url:
+            return Path(self.data_dir).expanduser() / "recalld.pg"
         return Path(self.store.path or Path(self.data_dir) / "recalld.db").expanduser()
+
+    @property
+    def store_location(self) -> Path | str:
+        """What `Store.open` takes: the SQLite file or the PostgreSQL URL."""
+        return self.store_url or self.store_path
 
     @property
     def model_cache_dir(self) -> Path:

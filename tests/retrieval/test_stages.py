@@ -8,13 +8,22 @@ import pytest
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.errors import QueryError
+from tests.helpers.postgres import VECTOR_INDEX
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """Settings for a store on each backend (the same stages must behave the same)."""
+    env = {"RECALLD_HOME": str(tmp_path), "RECALLD_EMBED__MODEL": "hash:64"}
+    if request.param == "postgresql":
+        env["RECALLD_STORE__PATH"] = request.getfixturevalue("pg_url")
+        env["RECALLD_STORE__VECTOR_INDEX"] = VECTOR_INDEX
+    return env
 
 
 @pytest.fixture
-async def memory(tmp_path: Path) -> AsyncIterator[AsyncMemory]:
-    settings = load_settings(
-        None, {"RECALLD_HOME": str(tmp_path), "RECALLD_EMBED__MODEL": "hash:64"}
-    ).settings
+async def memory(env: dict[str, str]) -> AsyncIterator[AsyncMemory]:
+    settings = load_settings(None, env).settings
     async with await AsyncMemory.open(settings) as opened:
         yield opened
 
@@ -61,10 +70,8 @@ async def test_fusions_and_weightings_all_run_and_explain_themselves(memory: Asy
             assert sum(result.explain["weights"].values()) == pytest.approx(1.0)
 
 
-async def test_retrievals_and_accesses_are_counted_apart(tmp_path: Path):
-    settings = load_settings(
-        None, {"RECALLD_HOME": str(tmp_path), "RECALLD_EMBED__MODEL": "hash:64"}
-    ).settings
+async def test_retrievals_and_accesses_are_counted_apart(env: dict[str, str]):
+    settings = load_settings(None, env).settings
     async with await AsyncMemory.open(settings) as memory:
         await memory.remember("the wifi password rotates monthly")
         chunk_id = (await memory.search("wifi password")).hits[0].chunk.id

@@ -7,13 +7,25 @@ from recalld.embeddings.base import HashEmbedder
 from recalld.storage import writer
 from recalld.storage.store import Store
 from recalld.types import ChunkDraft
+from tests.helpers.postgres import VECTOR_INDEX
 
 EMBEDDER = HashEmbedder(64)
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def location(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
+    """Where a store lives: a SQLite file, or a fresh PostgreSQL database (same tests)."""
+    if request.param == "sqlite":
+        return tmp_path / "t.db"
+    url: str = request.getfixturevalue("pg_url")
+    return url
+
+
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[Store]:
-    s = await Store.open(tmp_path / "t.db", model_id=EMBEDDER.model_id, dimension=64)
+async def store(location: Path | str) -> AsyncIterator[Store]:
+    s = await Store.open(
+        location, model_id=EMBEDDER.model_id, dimension=64, vector_index=VECTOR_INDEX
+    )
     yield s
     await s.close()
 

@@ -8,6 +8,7 @@ from recalld.storage import readers, writer
 from recalld.storage.fts import match_expression, query_terms
 from recalld.storage.store import Store
 from recalld.types import NO_FILTERS, ChunkDraft, Filters
+from tests.helpers.postgres import VECTOR_INDEX
 
 from .conftest import EMBEDDER, new_chunks, put
 
@@ -169,9 +170,13 @@ async def test_readers_are_not_blocked_by_a_long_write(store: Store):
     assert (await store.read(readers.counts))["errors"] == 1
 
 
-async def test_query_time_limit(tmp_path: Path):
+async def test_query_time_limit(location: Path | str):
     s = await Store.open(
-        tmp_path / "q.db", model_id=EMBEDDER.model_id, dimension=64, query_timeout_ms=50
+        location,
+        model_id=EMBEDDER.model_id,
+        dimension=64,
+        query_timeout_ms=50,
+        vector_index=VECTOR_INDEX,
     )
     slow = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT count(*) FROM n"
     with pytest.raises(QueryError, match="longer than"):

@@ -354,6 +354,19 @@ def _sizes(value: str) -> list[int]:
     default=None,
     help="Keep the synthetic stores here and reuse them on the next run.",
 )
+@click.option(
+    "--store",
+    "pg_url",
+    default=None,
+    help="Also measure PostgreSQL: postgresql://… (one database per size is created there).",
+)
+@click.option(
+    "--pg-index",
+    type=click.Choice(["hnsw", "exact"]),
+    default="hnsw",
+    show_default=True,
+    help="The PostgreSQL stores' vector index.",
+)
 @REPORT_OPTIONS
 @PLOT_OPTION
 def scale(
@@ -363,6 +376,8 @@ def scale(
     embed_queries: int,
     exact_below: int | None,
     store_dir: Path | None,
+    pg_url: str | None,
+    pg_index: str,
     sets: tuple[str, ...],
     results: Path,
     as_json: bool,
@@ -382,6 +397,8 @@ def scale(
         embed_queries,
         settings,
         exact_below,
+        pg_url,
+        pg_index,
     )
     header = [
         "chunks",

@@ -211,11 +211,15 @@ def _documents(
     return docs
 
 
-async def build(path: Path, corpus: Corpus, chunks: int) -> float:
-    """Write a synthetic store of `chunks` chunks at `path`; returns seconds taken."""
+async def build(path: Path | str, corpus: Corpus, chunks: int, vector_index: str = "hnsw") -> float:
+    """Write a synthetic store of `chunks` chunks at `path` (a SQLite file or a PostgreSQL
+    URL); returns seconds taken."""
     started = time.perf_counter()
     store = await Store.open(
-        path, model_id=f"synthetic-{corpus.dimension}", dimension=corpus.dimension
+        path,
+        model_id=f"synthetic-{corpus.dimension}",
+        dimension=corpus.dimension,
+        vector_index=vector_index,
     )
     source = batches(corpus, chunks)
     try:
@@ -412,6 +416,26 @@ def embed_timing(count: int, settings: Any) -> dict[str, Any] | None:
     return {"model": model.model_id, "queries": count, **_latency(times)}
 
 
+def _postgres_size(
+    url: str, index: str, chunks: int, dimension: int, count: int, keep: bool
+) -> dict[str, Any]:
+    from recalld.bench import scale_pg
+
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(1) as pool:
+        build_s = pool.apply(scale_pg.build_size, (url, chunks, dimension, keep, index))
+    with context.Pool(1) as pool:
+        measured = pool.apply(scale_pg.measure_size, (url, chunks, dimension, count))
+    return {
+        "backend": "postgresql",
+        "chunks": chunks,
+        "dimension": dimension,
+        "build_s": None if build_s is None else round(build_s, 1),
+        "build_chunks_per_s": None if build_s is None else round(chunks / build_s),
+        **measured,
+    }
+
+
 def run(
     sizes: Sequence[int],
     dimension: int,
@@ -421,8 +445,14 @@ def run(
     embed_queries: int,
     settings: Any,
     exact_below: int | None = None,
+    pg_url: str | None = None,
+    pg_index: str = "hnsw",
 ) -> dict[str, Any]:
-    """Every size, each in a fresh process, then the model's query-embedding time."""
+    """Every size, each in a fresh process, then the model's query-embedding time.
+
+    With `pg_url`, every size is also built and measured on PostgreSQL (`bench.scale_pg`),
+    each result row naming its backend.
+    """
     from recalld.storage.vectors import Tuning
 
     results = []
@@ -435,6 +465,7 @@ def run(
             measured = pool.apply(measure_size, (workdir, chunks, dimension, count, exact_below))
         results.append(
             {
+                "backend": "sqlite",
                 "chunks": chunks,
                 "dimension": dimension,
                 "build_s": None if build_s is None else round(build_s, 1),
@@ -443,6 +474,9 @@ def run(
             }
         )
         print(f"{chunks}: {results[-1]}", file=sys.stderr)
+        if pg_url:
+            results.append(_postgres_size(pg_url, pg_index, chunks, dimension, count, keep))
+            print(f"{chunks}: {results[-1]}", file=sys.stderr)
     return {
         "dimension": dimension,
         "queries": count,

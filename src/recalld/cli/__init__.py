@@ -17,6 +17,7 @@ from recalld.cli.admin import check, config, errors, status
 from recalld.cli.ingest import ingest, sources
 from recalld.cli.mcp_command import mcp
 from recalld.cli.memories import edit, history, link
+from recalld.cli.migrate import migrate
 from recalld.cli.models import models, reindex
 from recalld.cli.search import forget, get, remember, search
 from recalld.cli.service import serve, service
@@ -57,6 +58,7 @@ for command in (
     service,
     models,
     reindex,
+    migrate,
 ):
     cli.add_command(command)
 

@@ -131,7 +131,7 @@ def _repair_offline(loaded: LoadedSettings) -> dict[str, Any]:
     from recalld.storage.repair import check_and_repair
 
     settings = loaded.settings
-    if not settings.store_path.exists():
+    if not settings.store_url and not settings.store_path.exists():
         raise StoreError(
             f"no store at {settings.store_path}; start `recalld serve` once to create it",
             data={"path": str(settings.store_path)},
@@ -181,7 +181,7 @@ def check(
         # The store layer is imported only here: it pulls numpy and sqlite-vec.
         from recalld.storage.check import check_store
 
-        report = check_store(load(config_file, sets).settings.store_path)
+        report = check_store(load(config_file, sets).settings.store_location)
     else:
         with connect(config_file, sets) as client:
             report = client.check(repair=repair)

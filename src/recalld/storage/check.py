@@ -28,6 +28,7 @@ from typing import Any
 
 from recalld.errors import StoreError
 from recalld.storage import reindex
+from recalld.storage.backend import is_url
 from recalld.storage.connection import DatabaseError, connect
 
 # Each check: a name, one query returning a single number that must be 0, and what it means.
@@ -179,8 +180,8 @@ def _fts_integrity(path: Path) -> dict[str, Any]:
         conn.close()
 
 
-def check_store(path: Path) -> dict[str, Any]:
-    """Run every check on the store file at `path`.
+def check_store(path: Path | str) -> dict[str, Any]:
+    """Run every check on the store file at `path` (or the PostgreSQL store its URL names).
 
     Returns:
         `{"ok": bool, "path", "counts": {...}, "checks": [{"name", "ok", "value", "detail"}],
@@ -189,6 +190,11 @@ def check_store(path: Path) -> dict[str, Any]:
     Raises:
         StoreError: The file does not exist or cannot be read as a store.
     """
+    if is_url(path):  # a PostgreSQL store's `path` (see `storage.pg.store.StoreUrl`)
+        from recalld.storage.pg.check import check_store as check_postgres
+
+        return check_postgres(getattr(path, "url", str(path)))
+    path = Path(path)
     if not path.exists():
         raise StoreError(
             f"no store at {path}; start `recalld serve` once to create it", data={"path": str(path)}

@@ -15,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.storage import vectors
+from recalld.storage.backend import routed
 from recalld.types import Chunk, Document, Filters
 
 _CHUNK_COLUMNS = (
@@ -24,6 +25,7 @@ _CHUNK_COLUMNS = (
 )
 
 
+@routed
 async def fetchall(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
     """Run a query and return every row."""
     async with conn.execute(sql, params) as cursor:
@@ -103,6 +105,7 @@ def filter_sql(filters: Filters) -> tuple[str, list[Any]]:
     return " AND ".join(clauses) or "1", params
 
 
+@routed
 async def knn(
     conn: Any, vector: npt.NDArray[np.float32], k: int, filters: Filters
 ) -> list[tuple[int, float]]:
@@ -144,6 +147,7 @@ async def knn(
     return [(int(r[0]), float(r[1])) for r in rows]
 
 
+@routed
 async def fts(conn: Any, expression: str, k: int, filters: Filters) -> list[tuple[int, float]]:
     """The `k` best BM25 matches as `(chunk_id, score)`, best first; score is -bm25 (higher
     is better)."""
@@ -184,6 +188,7 @@ async def latest_event_time(conn: Any, filters: Filters) -> float | None:
     return None if not rows or rows[0][0] is None else float(rows[0][0])
 
 
+@routed
 async def document_frequency(conn: Any, expression: str) -> int:
     """How many chunks match an FTS5 expression (one quoted term gives its document frequency)."""
     rows = await fetchall(
@@ -192,6 +197,7 @@ async def document_frequency(conn: Any, expression: str) -> int:
     return int(rows[0][0])
 
 
+@routed
 async def matched_terms(conn: Any, chunk_id: int, expressions: Sequence[str]) -> list[bool]:
     """Which FTS5 expressions (one quoted term each) match one chunk."""
     found = []
@@ -205,12 +211,14 @@ async def matched_terms(conn: Any, chunk_id: int, expressions: Sequence[str]) ->
     return found
 
 
+@routed
 async def chunk_total(conn: Any) -> int:
     """The number of chunks."""
     rows = await fetchall(conn, "SELECT count(*) FROM chunks")
     return int(rows[0][0])
 
 
+@routed
 async def chunks_by_id(conn: Any, ids: Sequence[int]) -> dict[int, Chunk]:
     """Chunks with their source, by id; missing ids are left out."""
     if not ids:
@@ -224,6 +232,7 @@ async def chunks_by_id(conn: Any, ids: Sequence[int]) -> dict[int, Chunk]:
     return {int(r[0]): _row_to_chunk(r) for r in rows}
 
 
+@routed
 async def vectors_by_id(
     conn: Any, ids: Sequence[int], dimension: int
 ) -> dict[int, npt.NDArray[np.float32]]:
@@ -239,6 +248,7 @@ async def vectors_by_id(
     return {int(r[0]): np.frombuffer(r[1], dtype=np.float32, count=dimension) for r in rows}
 
 
+@routed
 async def neighbours(conn: Any, document_id: int, position: int, window: int) -> list[Chunk]:
     """The chunks within `window` positions of `position` in a document, in order."""
     rows = await fetchall(
@@ -250,6 +260,7 @@ async def neighbours(conn: Any, document_id: int, position: int, window: int) ->
     return [_row_to_chunk(r) for r in rows]
 
 
+@routed
 async def document_by_source(conn: Any, source: str) -> Document | None:
     """The document stored for `source`, if any."""
     rows = await fetchall(
@@ -258,6 +269,7 @@ async def document_by_source(conn: Any, source: str) -> Document | None:
     return _row_to_document(rows[0]) if rows else None
 
 
+@routed
 async def chunk_keys(conn: Any, document_id: int) -> dict[str, str]:
     """`{key: content_hash}` of a document's stored chunks, to skip re-embedding unchanged ones."""
     rows = await fetchall(
@@ -266,6 +278,7 @@ async def chunk_keys(conn: Any, document_id: int) -> dict[str, str]:
     return {str(r[0]): str(r[1]) for r in rows}
 
 
+@routed
 async def documents(conn: Any, prefix: str = "", limit: int = 1000) -> list[Document]:
     """Documents whose source starts with `prefix`, in source order."""
     rows = await fetchall(
@@ -277,6 +290,7 @@ async def documents(conn: Any, prefix: str = "", limit: int = 1000) -> list[Docu
     return [_row_to_document(r) for r in rows]
 
 
+@routed
 async def counts(conn: Any) -> dict[str, int]:
     """Row counts for `status`."""
     rows = await fetchall(
@@ -295,6 +309,7 @@ async def counts(conn: Any) -> dict[str, int]:
     }
 
 
+@routed
 async def errors(conn: Any, limit: int = 100) -> list[dict[str, Any]]:
     """The most recent ingest errors."""
     rows = await fetchall(

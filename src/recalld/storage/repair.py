@@ -39,6 +39,7 @@ import numpy.typing as npt
 
 from recalld.errors import EmbeddingError, RecalldError
 from recalld.storage import check, reindex, vectors, writer
+from recalld.storage.backend import is_url
 from recalld.storage.store import Store
 
 logger = logging.getLogger(__name__)
@@ -321,7 +322,15 @@ async def check_and_repair(
     before = await asyncio.to_thread(check.check_store, store.path)
     problems = check.failed(before)
     done = RepairReport()
-    if problems:
+    postgres = is_url(store.path)
+    if problems and postgres:
+        # The repairs below are SQLite's (FTS5 rebuild, vec0 rows); PostgreSQL's constraints
+        # prevent most of these problems, and what remains is reported, not guessed at.
+        done.unrepaired += [
+            {"name": name, "detail": "repair on PostgreSQL is not built yet"}
+            for name in sorted(problems)
+        ]
+    elif problems:
         done = await repair_store(store, embed, problems)
     for source in done.reingest:
         path = Path(source)
@@ -332,7 +341,8 @@ async def check_and_repair(
                 await forget(source)  # the file is gone: so is its document
         except RecalldError as exc:
             done.unrepaired.append({"name": "partial_documents", "detail": exc.message})
-    after = await asyncio.to_thread(check.check_store, store.path) if problems else before
+    repaired = problems and not postgres
+    after = await asyncio.to_thread(check.check_store, store.path) if repaired else before
     return {
         **after,
         "repair": {**done.as_dict(), "before": {"ok": before["ok"], "failed": sorted(problems)}},

@@ -21,6 +21,7 @@ import aiosqlite
 
 from recalld.errors import ModelMismatchError, QueryError, StoreError
 from recalld.storage import reindex, schema, vectors
+from recalld.storage.backend import is_url
 from recalld.storage.connection import DatabaseError, OperationalError, connect
 
 logger = logging.getLogger(__name__)
@@ -152,10 +153,7 @@ class Store:
         # A reindex swaps the model (storage/reindex.py): `model_version` counts the swaps and
         # `switching` is set from just before the swap's COMMIT until the process has switched
         # its embedder, so a search or ingest that overlapped it knows to start again.
-        self.model_version = 0
-        self.switching = False
-        self._switched = asyncio.Event()
-        self._switched.set()
+        self._init_model_switch()
         vectors.attach(writer, self.vectors, writer=True)
         for conn in readers:
             vectors.attach(conn, self.vectors)
@@ -163,24 +161,41 @@ class Store:
     @classmethod
     async def open(
         cls,
-        path: Path,
+        path: Path | str,
         *,
         model_id: str,
         dimension: int,
         readers: int = 4,
         query_timeout_ms: int = 5000,
         model_spec: str | None = None,
+        isolate_users: bool = False,
+        vector_index: str = "hnsw",
     ) -> Store:
         """Open (creating or migrating) the store at `path`.
 
         `model_spec` (as `embed.model` names the model) is recorded with a new store, so a
         daemon whose config names no model can find it again (`stored_model`).
+        A `postgresql://` URL opens the PostgreSQL store (`storage.pg.store.PgStore`), which
+        has this interface; `isolate_users` and `vector_index` apply to it alone.
 
         Raises:
             SchemaTooNewError: The file comes from a newer recalld.
             ModelMismatchError: The file was embedded with another model.
             StoreError: The file cannot be opened as a store.
         """
+        if is_url(path):
+            from recalld.storage.pg.store import PgStore  # psycopg is an optional dependency
+
+            return await PgStore.open_url(
+                str(path),
+                model_id=model_id,
+                dimension=dimension,
+                readers=readers,
+                query_timeout_ms=query_timeout_ms,
+                isolate_users=isolate_users,
+                vector_index=vector_index,
+            )
+        path = Path(path)
         await asyncio.to_thread(_prepare, path, model_id, dimension, model_spec)
         writer = await _open_connection(path, readonly=False)
         pool = [await _open_connection(path, readonly=True) for _ in range(max(1, readers))]
@@ -201,6 +216,12 @@ class Store:
             self.model_id, self.dimension = model_id, dimension
             self.model_version += 1
         self.switching = False
+        self._switched.set()
+
+    def _init_model_switch(self) -> None:
+        self.model_version = 0
+        self.switching = False
+        self._switched = asyncio.Event()
         self._switched.set()
 
     def model_changed(self, since: int) -> bool:

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.storage import links, vectors
+from recalld.storage.backend import routed
 from recalld.types import ChunkDraft
 
 
@@ -78,6 +79,7 @@ async def _fetchall(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any
         return list(await cursor.fetchall())
 
 
+@routed
 async def replace_document(
     conn: Any, doc: NewDocument, chunks: Sequence[NewChunk], *, structure_links: bool = True
 ) -> int:
@@ -206,6 +208,7 @@ async def insert_vectors(
     await vectors.insert(conn, rows, dimension)
 
 
+@routed
 async def delete_chunks(conn: Any, chunk_ids: Iterable[int]) -> None:
     """Delete chunks with their vectors; FTS rows go with them by trigger, links by cascade."""
     params = [(cid,) for cid in chunk_ids]
@@ -220,6 +223,7 @@ async def delete_chunks(conn: Any, chunk_ids: Iterable[int]) -> None:
     await links.refresh_status(conn, targets)
 
 
+@routed
 async def delete_document(conn: Any, source: str) -> bool:
     """Delete a document and everything that hangs off it. Returns whether it existed."""
     rows = await _fetchall(conn, "SELECT id FROM documents WHERE source = ?", (source,))
@@ -235,6 +239,7 @@ async def delete_document(conn: Any, source: str) -> bool:
     return True
 
 
+@routed
 async def move_document(conn: Any, old: str, new: str) -> bool:
     """Rename a document's source, replacing any document already at `new`."""
     rows = await _fetchall(conn, "SELECT id FROM documents WHERE source = ?", (old,))
@@ -248,6 +253,7 @@ async def move_document(conn: Any, old: str, new: str) -> bool:
     return True
 
 
+@routed
 async def record_error(conn: Any, source: str, error_type: str, message: str) -> None:
     """Record why a source could not be ingested."""
     await conn.execute(
@@ -256,6 +262,7 @@ async def record_error(conn: Any, source: str, error_type: str, message: str) ->
     )
 
 
+@routed
 async def clear_errors(conn: Any, source: str) -> None:
     """Forget the errors of a source that has now been ingested."""
     await conn.execute("DELETE FROM errors WHERE source = ?", (source,))
@@ -275,6 +282,7 @@ async def reset_usage(conn: Any, *, created_at: float | None = None) -> None:
     )
 
 
+@routed
 async def count_use(conn: Any, chunk_ids: Sequence[int], *, retrieval: bool) -> None:
     """Count retrievals (returned by search) or accesses (read explicitly) apart, as MemX does."""
     column = "retrieval" if retrieval else "access"

@@ -1,0 +1,1 @@
+"""The PostgreSQL backend (pgvector + full-text search); psycopg is imported only here."""

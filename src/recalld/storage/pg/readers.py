@@ -1,0 +1,306 @@
+"""The PostgreSQL twins of `storage.readers`: same names, arguments and return values.
+
+Keyword recall receives the FTS5 expression the retrieval layer built (`storage.fts`: quoted
+terms joined by OR) and turns each quoted term back into a `tsquery` phrase (`recalld_term`:
+English stems or the literal tokens, see `pg.schema`). User text only ever reaches SQL as a
+bound value.
+
+Scores differ from SQLite's on purpose but mean the same thing: the SQLite route returns
+-bm25 (higher is better); here each matching term adds its BM25 IDF times `ts_rank` of the
+term (term frequency, normalised by 1 + log of the chunk's length), which ranks like BM25 —
+rare terms and repeated terms count more — on a different scale. Fusion only uses the ranks
+(RRF) or min-max normalised scores, so the scale does not matter.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from recalld.storage.pg.handle import PgConn, vector_from_list
+from recalld.types import Chunk, Document, Filters
+
+_CHUNK_COLUMNS = (
+    "c.id, c.document_id, d.source, c.position, c.kind, c.granularity, c.key, c.parent_id, "
+    "c.text, c.token_count, c.tags, c.memory_type, c.importance, c.event_time, c.created_at, "
+    "c.access_count, c.last_accessed_at, c.retrieval_count, c.last_retrieved_at, c.status, c.meta"
+)
+_DOCUMENT_COLUMNS = (
+    "id, source, kind, content_hash, state, chunk_count, created_at, updated_at, mtime, size"
+)
+_QUOTED = re.compile(r'"((?:[^"]|"")*)"')
+# HNSW candidate list: at least pgvector's default, and never fewer than the rows asked for.
+_EF_SEARCH_MIN = 100
+
+
+def terms_of(expression: str) -> list[str]:
+    """The terms of an FTS5 expression built by `storage.fts.match_expression`."""
+    return [m.group(1).replace('""', '"') for m in _QUOTED.finditer(expression)]
+
+
+def _row_to_chunk(row: Any) -> Chunk:
+    return Chunk(
+        id=int(row[0]),
+        document_id=int(row[1]),
+        source=row[2],
+        position=row[3],
+        kind=row[4],
+        granularity=row[5],
+        key=row[6],
+        parent_id=None if row[7] is None else int(row[7]),
+        text=row[8],
+        token_count=row[9],
+        tags=tuple(json.loads(row[10])),
+        memory_type=row[11],
+        importance=row[12],
+        event_time=row[13],
+        created_at=row[14],
+        access_count=row[15],
+        last_accessed_at=row[16],
+        retrieval_count=row[17],
+        last_retrieved_at=row[18],
+        status=row[19],
+        meta=json.loads(row[20]),
+    )
+
+
+def _row_to_document(row: Any) -> Document:
+    return Document(
+        id=int(row[0]),
+        source=row[1],
+        kind=row[2],
+        content_hash=row[3],
+        state=row[4],
+        chunk_count=row[5],
+        created_at=row[6],
+        updated_at=row[7],
+        mtime=row[8],
+        size=None if row[9] is None else int(row[9]),
+    )
+
+
+def filter_sql(filters: Filters) -> tuple[str, list[Any]]:
+    """SQL conditions on `c` (chunks) and `d` (documents) for `filters`, with parameters."""
+    clauses: list[str] = []
+    params: list[Any] = []
+    if filters.sources:
+        clauses.append(
+            "(" + " OR ".join(["starts_with(d.source, %s)"] * len(filters.sources)) + ")"
+        )
+        params += list(filters.sources)
+    for column, values in (("c.kind", filters.kinds), ("c.granularity", filters.granularities)):
+        if values:
+            clauses.append(f"{column} = ANY(%s)")
+            params.append(list(values))
+    for tag in filters.tags:
+        clauses.append("c.tags::jsonb @> jsonb_build_array(%s::text)")
+        params.append(tag)
+    if filters.since is not None:
+        clauses.append("c.event_time >= %s")
+        params.append(filters.since)
+    if filters.until is not None:
+        clauses.append("c.event_time < %s")
+        params.append(filters.until)
+    return " AND ".join(clauses) or "true", params
+
+
+async def fetchall(conn: PgConn, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+    """Run a query (`?` placeholders, as on SQLite) and return every row."""
+    return await conn.fetchall(sql, params)
+
+
+async def knn(
+    conn: PgConn, vector: npt.NDArray[np.float32], k: int, filters: Filters
+) -> list[tuple[int, float]]:
+    """The `k` nearest chunks by cosine distance, as `(chunk_id, distance)`, nearest first.
+
+    Without filters, or with kind / granularity filters, the HNSW index answers (with an
+    iterative scan, so filtered searches still find `k`); other filters scan exactly the
+    matching chunks, as on SQLite.
+    """
+    query = np.ascontiguousarray(vector, dtype=np.float32)
+    simple = Filters(kinds=filters.kinds, granularities=filters.granularities)
+    if filters == simple:
+        await conn.run(
+            "SELECT set_config('hnsw.ef_search', %s, true), "
+            "set_config('hnsw.iterative_scan', 'strict_order', true)",
+            (str(min(1000, max(_EF_SEARCH_MIN, k))),),
+        )
+        where, params = filter_sql(filters)
+        rows = await conn.fetch(
+            "SELECT v.chunk_id, v.embedding <=> %s AS distance FROM chunks_vec v "
+            f"WHERE {where.replace('c.', 'v.')} ORDER BY v.embedding <=> %s LIMIT %s",
+            [query, *params, query, k],
+        )
+        return [(int(r[0]), float(r[1])) for r in rows]
+    return await exact_knn(conn, vector, k, filters)
+
+
+async def fts(conn: PgConn, expression: str, k: int, filters: Filters) -> list[tuple[int, float]]:
+    """The `k` best keyword matches as `(chunk_id, score)`, best first (see module docstring)."""
+    terms = terms_of(expression)
+    if not terms:
+        return []
+    where, params = filter_sql(filters)
+    join = "" if filters.is_empty() else "JOIN documents d ON d.id = c.document_id"
+    # MATERIALIZED: each term's tsquery is built once, not once per row, and the GIN index
+    # then answers `tsv @@ q` for each term. The chunk total for IDF is the planner's row
+    # estimate (kept fresh by autovacuum's ANALYZE; counted only before the first ANALYZE),
+    # as count(*) scans the whole table on PostgreSQL.
+    rows = await conn.fetch(
+        "WITH terms AS MATERIALIZED (SELECT q FROM (SELECT DISTINCT recalld_term(t) AS q "
+        "  FROM unnest(%s::text[]) t) x WHERE numnode(q) > 0), "
+        "total AS MATERIALIZED (SELECT CASE WHEN reltuples < 0 "
+        "  THEN (SELECT count(*) FROM chunks) ELSE reltuples::bigint END AS n "
+        "  FROM pg_class WHERE oid = 'chunks'::regclass), "
+        "weighted AS MATERIALIZED (SELECT q, "
+        "  ln(1 + (greatest(total.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf "
+        "  FROM terms CROSS JOIN total "
+        "  CROSS JOIN LATERAL (SELECT count(*) AS n FROM chunks WHERE tsv @@ terms.q) df) "
+        "SELECT c.id, sum(w.idf * ts_rank(c.tsv, w.q, 1)) AS score "
+        f"FROM weighted w JOIN chunks c ON c.tsv @@ w.q {join} WHERE {where} "
+        "GROUP BY c.id ORDER BY score DESC, c.id LIMIT %s",
+        [terms, *params, k],
+    )
+    return [(int(r[0]), float(r[1])) for r in rows]
+
+
+async def document_frequency(conn: PgConn, expression: str) -> int:
+    """How many chunks match an expression (one quoted term gives its document frequency)."""
+    terms = terms_of(expression)
+    if not terms:
+        return 0
+    query = " || ".join(["recalld_term(%s)"] * len(terms))
+    rows = await conn.fetch(f"SELECT count(*) FROM chunks WHERE tsv @@ ({query})", terms)
+    return int(rows[0][0])
+
+
+async def matched_terms(conn: PgConn, chunk_id: int, expressions: Sequence[str]) -> list[bool]:
+    """Which expressions (one quoted term each) match one chunk."""
+    if not expressions:
+        return []
+    terms = [" ".join(terms_of(e)) for e in expressions]
+    rows = await conn.fetch(
+        "SELECT coalesce(c.tsv @@ recalld_term(t.t), false) FROM unnest(%s::text[]) "
+        "WITH ORDINALITY t(t, n) LEFT JOIN chunks c ON c.id = %s ORDER BY t.n",
+        [terms, chunk_id],
+    )
+    return [bool(r[0]) for r in rows]
+
+
+async def chunk_total(conn: PgConn) -> int:
+    """The number of chunks."""
+    rows = await conn.fetch("SELECT count(*) FROM chunks")
+    return int(rows[0][0])
+
+
+async def chunks_by_id(conn: PgConn, ids: Sequence[int]) -> dict[int, Chunk]:
+    """Chunks with their source, by id; missing ids are left out."""
+    if not ids:
+        return {}
+    rows = await conn.fetch(
+        f"SELECT {_CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
+        "WHERE c.id = ANY(%s)",
+        [list(ids)],
+    )
+    return {int(r[0]): _row_to_chunk(r) for r in rows}
+
+
+async def vectors_by_id(
+    conn: PgConn, ids: Sequence[int], dimension: int
+) -> dict[int, npt.NDArray[np.float32]]:
+    """Stored vectors by chunk id."""
+    if not ids:
+        return {}
+    rows = await conn.fetch(
+        "SELECT chunk_id, embedding::real[] FROM chunks_vec WHERE chunk_id = ANY(%s)",
+        [list(ids)],
+    )
+    return {int(r[0]): vector_from_list(r[1])[:dimension] for r in rows}
+
+
+async def neighbours(conn: PgConn, document_id: int, position: int, window: int) -> list[Chunk]:
+    """The chunks within `window` positions of `position` in a document, in order."""
+    rows = await conn.fetch(
+        f"SELECT {_CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
+        "WHERE c.document_id = %s AND c.position BETWEEN %s AND %s ORDER BY c.position",
+        [document_id, position - window, position + window],
+    )
+    return [_row_to_chunk(r) for r in rows]
+
+
+async def document_by_source(conn: PgConn, source: str) -> Document | None:
+    """The document stored for `source` (in this store's scope), if any."""
+    rows = await conn.fetch(
+        f"SELECT {_DOCUMENT_COLUMNS} FROM documents WHERE source = %s AND scope = %s",
+        [source, conn.writer.scope],
+    )
+    return _row_to_document(rows[0]) if rows else None
+
+
+async def chunk_keys(conn: PgConn, document_id: int) -> dict[str, str]:
+    """`{key: content_hash}` of a document's stored chunks."""
+    rows = await conn.fetch(
+        "SELECT key, content_hash FROM chunks WHERE document_id = %s", [document_id]
+    )
+    return {str(r[0]): str(r[1]) for r in rows}
+
+
+async def documents(conn: PgConn, prefix: str = "", limit: int = 1000) -> list[Document]:
+    """Documents whose source starts with `prefix`, in source (code point) order."""
+    rows = await conn.fetch(
+        f"SELECT {_DOCUMENT_COLUMNS} FROM documents WHERE starts_with(source, %s) "
+        'AND scope = %s ORDER BY source COLLATE "C" LIMIT %s',
+        [prefix, conn.writer.scope, limit],
+    )
+    return [_row_to_document(r) for r in rows]
+
+
+async def counts(conn: PgConn) -> dict[str, int]:
+    """Row counts for `status`."""
+    rows = await conn.fetch(
+        "SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM chunks), "
+        "(SELECT count(*) FROM documents WHERE state = 'partial'), (SELECT count(*) FROM errors), "
+        "(SELECT count(*) FROM links)",
+    )
+    documents_, chunks, partial, errors_, links = (int(v) for v in rows[0])
+    return {
+        "documents": documents_,
+        "chunks": chunks,
+        "partial_documents": partial,
+        "errors": errors_,
+        "links": links,
+    }
+
+
+async def errors(conn: PgConn, limit: int = 100) -> list[dict[str, Any]]:
+    """The most recent ingest errors."""
+    rows = await conn.fetch(
+        "SELECT id, source, error_type, message, at FROM errors ORDER BY id DESC LIMIT %s",
+        [limit],
+    )
+    return [
+        {"id": int(r[0]), "source": r[1], "type": r[2], "message": r[3], "at": r[4]} for r in rows
+    ]
+
+
+async def exact_knn(
+    conn: PgConn, vector: npt.NDArray[np.float32], k: int, filters: Filters
+) -> list[tuple[int, float]]:
+    """`knn` by a full scan, never the HNSW index (`+ 0` keeps the planner off it): filtered
+    searches other than kind / granularity, and the scale benchmark's ground truth."""
+    query = np.ascontiguousarray(vector, dtype=np.float32)
+    where, params = filter_sql(filters)
+    rows = await conn.fetch(
+        "SELECT c.id, (v.embedding <=> %s) + 0 AS distance "
+        "FROM chunks c JOIN documents d ON d.id = c.document_id "
+        f"JOIN chunks_vec v ON v.chunk_id = c.id WHERE {where} "
+        "ORDER BY distance LIMIT %s",
+        [query, *params, k],
+    )
+    return [(int(r[0]), float(r[1])) for r in rows]

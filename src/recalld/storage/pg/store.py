@@ -1,0 +1,235 @@
+"""The store on PostgreSQL: the same `read(fn)` / `write(fn)` interface as the SQLite store.
+
+A psycopg 3 async pool serves both: `read` borrows a connection and runs `fn` in a read-only
+transaction with the query time limit (`statement_timeout`); `write` runs `fn` in one
+read-write transaction. Writes of one store are serialised by a lock, as on SQLite, so one
+daemon's writes commit in order; writes of several daemons to the same database are made safe
+by the schema (unique keys) and the writer's per-source advisory locks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import getpass
+import logging
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
+
+from recalld.errors import ModelMismatchError, QueryError, StoreError
+from recalld.storage.pg import schema
+from recalld.storage.pg.handle import PgConn, Writer, register_vector
+from recalld.storage.store import Store
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# The document-frequency cache of `Searcher` refreshes when `generation` moves. Other daemons'
+# commits do not move it, so it also moves on its own every this many seconds.
+GENERATION_PERIOD_S = 10.0
+
+
+class StoreUrl(str):
+    """A PostgreSQL store's `path`: reads as the URL without its password (for `status` and
+    logs) and carries the full URL in `url` for `check`, which opens its own connection."""
+
+    url: str
+
+    def __new__(cls, url: str) -> StoreUrl:
+        shown = super().__new__(cls, redact(url))
+        shown.url = url
+        return shown
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for logs and `status`."""
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    if info.get("password"):
+        info["password"] = "********"
+    host = info.get("host", "")
+    user = info.get("user", "")
+    return f"postgresql://{user}@{host}/{info.get('dbname', '')}"
+
+
+async def _prepare(
+    conn: psycopg.AsyncConnection[Any],
+    model_id: str,
+    dimension: int,
+    isolate: bool,
+    vector_index: str,
+) -> dict[str, str]:
+    """Migrate, then stamp or check the embedding model and the isolation mode."""
+    await schema.migrate(conn)
+    async with conn.transaction():
+        await conn.execute("SELECT pg_advisory_xact_lock(%s)", (schema.MIGRATION_LOCK,))
+        cursor = await conn.execute("SELECT key, value FROM meta")
+        stored = {str(k): str(v) for k, v in await cursor.fetchall()}
+        if "model_id" not in stored:
+            stamp = {
+                "model_id": model_id,
+                "dimension": str(dimension),
+                "isolate_users": "1" if isolate else "0",
+                "vector_index": vector_index,
+            }
+            await conn.cursor().executemany(
+                "INSERT INTO meta (key, value) VALUES (%s, %s)", list(stamp.items())
+            )
+            await schema.create_vector_table(conn, dimension, vector_index)
+            if isolate:
+                await schema.isolate_users(conn)
+            stored.update(stamp)
+    if stored["model_id"] != model_id or int(stored["dimension"]) != dimension:
+        raise ModelMismatchError(
+            f"this database was embedded with {stored['model_id']} ({stored['dimension']} dims) "
+            f"but recalld is configured for {model_id} ({dimension} dims); set embed.model "
+            "back, or re-embed into a new database",
+            data={
+                "stored_model": stored["model_id"],
+                "stored_dimension": int(stored["dimension"]),
+                "model": model_id,
+                "dimension": dimension,
+            },
+        )
+    return stored
+
+
+class PgStore(Store):
+    """A `Store` on PostgreSQL (see the module docstring).
+
+    It shares `Store`'s interface, not its SQLite internals: `vectors` (the SQLite vector
+    cascade) is None here, as pgvector's HNSW index does that job inside the database.
+
+    Attributes:
+        path: The database URL without its password.
+        url: The full URL.
+        isolated: Whether rows are scoped to database roles (row-level security).
+        identity: Who writes through this store.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model_id: str,
+        dimension: int,
+        pool: AsyncConnectionPool[Any],
+        query_timeout_ms: int,
+        isolated: bool,
+        identity: Writer,
+    ) -> None:
+        self.path = StoreUrl(url)  # type: ignore[assignment]
+        self.url = url
+        self.model_id = model_id
+        self.dimension = dimension
+        self.isolated = isolated
+        self.identity = identity
+        self._pool = pool
+        self._write_lock = asyncio.Lock()
+        self._timeout_ms = query_timeout_ms
+        self._commits = 0
+        self.vectors = None  # type: ignore[assignment]
+        self._init_model_switch()
+
+    @property
+    def generation(self) -> int:
+        """Moves on every commit of this store and every `GENERATION_PERIOD_S` seconds."""
+        return self._commits + int(time.monotonic() // GENERATION_PERIOD_S)
+
+    @generation.setter
+    def generation(self, value: int) -> None:
+        self._commits = value
+
+    @classmethod
+    async def open_url(
+        cls,
+        url: str,
+        *,
+        model_id: str,
+        dimension: int,
+        readers: int = 4,
+        query_timeout_ms: int = 5000,
+        isolate_users: bool = False,
+        vector_index: str = "hnsw",
+    ) -> PgStore:
+        """Open (creating or migrating) the store in the database at `url`.
+
+        Raises:
+            SchemaTooNewError: The database comes from a newer recalld.
+            ModelMismatchError: The database was embedded with another model.
+            StoreError: The database cannot be reached or used.
+        """
+        if vector_index not in schema.VECTOR_INDEXES:
+            raise StoreError(f"store.vector_index must be one of {schema.VECTOR_INDEXES}")
+        try:
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                stored = await _prepare(conn, model_id, dimension, isolate_users, vector_index)
+                cursor = await conn.execute("SELECT current_user")
+                row = await cursor.fetchone()
+                role = str(row[0]) if row else ""
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot open store {redact(url)}: {exc}") from exc
+        isolated = stored.get("isolate_users") == "1"
+        identity = Writer(
+            scope=role if isolated else "", os_user=getpass.getuser(), host=socket.gethostname()
+        )
+
+        async def configure(conn: psycopg.AsyncConnection[Any]) -> None:
+            await register_vector(conn)
+            await conn.set_autocommit(True)
+
+        pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
+            url, min_size=1, max_size=max(2, readers + 1), configure=configure, open=False
+        )
+        try:
+            await pool.open(wait=True, timeout=30)
+        except Exception as exc:
+            await pool.close()
+            raise StoreError(f"cannot open store {redact(url)}: {exc}") from exc
+        logger.info(
+            "opened store %s (model %s, pool of %d, isolated %s)",
+            redact(url),
+            model_id,
+            pool.max_size,
+            isolated,
+        )
+        return cls(url, model_id, dimension, pool, query_timeout_ms, isolated, identity)
+
+    async def close(self) -> None:
+        """Close the pool (waiting for a running write to finish)."""
+        async with self._write_lock:
+            await self._pool.close()
+
+    @contextlib.asynccontextmanager
+    async def reading(self) -> AsyncIterator[Any]:
+        """Borrow a connection in a read-only transaction, with the query time limit armed."""
+        async with self._pool.connection() as conn:
+            try:
+                async with conn.transaction():
+                    await conn.execute("SET TRANSACTION READ ONLY")
+                    await conn.execute(
+                        "SELECT set_config('statement_timeout', %s, true)", (str(self._timeout_ms),)
+                    )
+                    yield PgConn(conn, self.identity, self.dimension)
+            except psycopg.errors.QueryCanceled as exc:
+                raise QueryError(
+                    f"query took longer than {self._timeout_ms / 1000:g} s and was stopped; "
+                    "narrow it or raise store.query_timeout_ms"
+                ) from exc
+
+    async def read(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+        """Run `fn(conn)` in a read-only transaction."""
+        async with self.reading() as conn:
+            return await fn(conn)
+
+    async def write(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+        """Run `fn(conn)` inside one transaction; it commits when `fn` returns."""
+        async with self._write_lock, self._pool.connection() as conn:
+            async with conn.transaction():
+                result = await fn(PgConn(conn, self.identity, self.dimension))
+            self._commits += 1
+            return result

@@ -1,0 +1,192 @@
+"""The PostgreSQL twins of `storage.writer`: same names, arguments and effects.
+
+Several daemons may write one database at once. A document's replacement first takes a
+transaction-scoped advisory lock on its (scope, source), so two daemons ingesting the same file
+run one after the other; the second sees the first's document, and the unique (scope, source)
+and (document_id, key) constraints make a duplicate impossible even without the lock. Every
+replacement records which role, OS user and host wrote the document.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+from recalld.storage.pg.handle import PgConn
+from recalld.storage.writer import NewChunk, NewDocument, chunk_hash
+
+
+async def _lock_source(conn: PgConn, source: str) -> None:
+    # 64-bit hash of scope and source; a collision only makes two sources wait for each other.
+    await conn.run(
+        "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+        [conn.writer.scope + "\x1f" + source],
+    )
+
+
+async def _document_id(conn: PgConn, source: str) -> int | None:
+    rows = await conn.fetch(
+        "SELECT id FROM documents WHERE source = %s AND scope = %s", [source, conn.writer.scope]
+    )
+    return int(rows[0][0]) if rows else None
+
+
+async def replace_document(
+    conn: PgConn, doc: NewDocument, chunks: Sequence[NewChunk], *, structure_links: bool = True
+) -> int:
+    """Replace a document and its chunks in the caller's transaction.
+
+    Returns:
+        The document id.
+    """
+    now = time.time()
+    await _lock_source(conn, doc.source)
+    rows = await conn.fetch(
+        "INSERT INTO documents (source, kind, format, content_hash, state, mtime, size, "
+        "created_at, updated_at, os_user, host) "
+        "VALUES (%s, %s, %s, %s, 'partial', %s, %s, %s, %s, %s, %s) "
+        "ON CONFLICT (scope, source) DO UPDATE SET kind = excluded.kind, "
+        "format = excluded.format, content_hash = excluded.content_hash, state = 'partial', "
+        "mtime = excluded.mtime, size = excluded.size, updated_at = excluded.updated_at, "
+        "written_by = current_user, os_user = excluded.os_user, host = excluded.host "
+        "RETURNING id",
+        [
+            doc.source,
+            doc.kind,
+            doc.format,
+            doc.content_hash,
+            doc.mtime,
+            doc.size,
+            now,
+            now,
+            conn.writer.os_user,
+            conn.writer.host,
+        ],
+    )
+    doc_id = int(rows[0][0])
+    existing = {
+        (str(r[1]), str(r[2])): int(r[0])
+        for r in await conn.fetch(
+            "SELECT id, key, content_hash FROM chunks WHERE document_id = %s", [doc_id]
+        )
+    }
+    hashes = [chunk_hash(c.draft) for c in chunks]
+    keep = {(c.draft.key, h) for c, h in zip(chunks, hashes, strict=True) if c.vector is None}
+    await delete_chunks(conn, [cid for key_hash, cid in existing.items() if key_hash not in keep])
+
+    kept: list[tuple[int, int]] = []
+    inserts: list[tuple[Any, ...]] = []
+    for position, (chunk, digest) in enumerate(zip(chunks, hashes, strict=True)):
+        draft = chunk.draft
+        if chunk.vector is None:
+            kept.append((position, existing[(draft.key, digest)]))
+            continue
+        inserts.append(
+            (
+                doc_id,
+                position,
+                draft.kind,
+                draft.granularity,
+                draft.key,
+                draft.text,
+                digest,
+                chunk.token_count,
+                json.dumps(list(draft.tags)),
+                draft.memory_type,
+                draft.importance,
+                draft.event_time,
+                now,
+                json.dumps(draft.meta, ensure_ascii=False, default=str),
+            )
+        )
+    await conn.run_many("UPDATE chunks SET position = %s, parent_id = NULL WHERE id = %s", kept)
+    await conn.run_many(
+        "INSERT INTO chunks (document_id, position, kind, granularity, key, text, "
+        "content_hash, token_count, tags, memory_type, importance, event_time, "
+        "created_at, meta) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        inserts,
+    )
+    ids_by_key = {
+        str(r[0]): int(r[1])
+        for r in await conn.fetch("SELECT key, id FROM chunks WHERE document_id = %s", [doc_id])
+    }
+    embedded: list[tuple[Any, ...]] = []
+    parents: list[tuple[int, int]] = []
+    for chunk in chunks:
+        draft = chunk.draft
+        chunk_id = ids_by_key[draft.key]
+        if chunk.vector is not None:
+            vector = np.ascontiguousarray(chunk.vector, dtype=np.float32)
+            embedded.append((chunk_id, vector, draft.kind, draft.granularity))
+        if draft.parent_key is not None and draft.parent_key in ids_by_key:
+            parents.append((ids_by_key[draft.parent_key], chunk_id))
+    await conn.run_many(
+        "INSERT INTO chunks_vec (chunk_id, embedding, kind, granularity) VALUES (%s, %s, %s, %s)",
+        embedded,
+    )
+    await conn.run_many("UPDATE chunks SET parent_id = %s WHERE id = %s", parents)
+    await conn.run(
+        "UPDATE documents SET state = 'complete', chunk_count = %s, updated_at = %s WHERE id = %s",
+        [len(chunks), now, doc_id],
+    )
+    return doc_id
+
+
+async def delete_chunks(conn: PgConn, chunk_ids: Iterable[int]) -> None:
+    """Delete chunks; their vectors and links go with them by cascade."""
+    ids = list(chunk_ids)
+    if ids:
+        await conn.run("DELETE FROM chunks WHERE id = ANY(%s)", [ids])
+
+
+async def delete_document(conn: PgConn, source: str) -> bool:
+    """Delete a document and everything that hangs off it. Returns whether it existed."""
+    await _lock_source(conn, source)
+    doc_id = await _document_id(conn, source)
+    if doc_id is None:
+        return False
+    await conn.run("DELETE FROM documents WHERE id = %s", [doc_id])  # chunks cascade
+    return True
+
+
+async def move_document(conn: PgConn, old: str, new: str) -> bool:
+    """Rename a document's source, replacing any document already at `new`."""
+    for source in sorted((old, new)):  # one order, so two movers cannot deadlock
+        await _lock_source(conn, source)
+    doc_id = await _document_id(conn, old)
+    if doc_id is None:
+        return False
+    await delete_document(conn, new)
+    await conn.run(
+        "UPDATE documents SET source = %s, updated_at = %s WHERE id = %s",
+        [new, time.time(), doc_id],
+    )
+    return True
+
+
+async def record_error(conn: PgConn, source: str, error_type: str, message: str) -> None:
+    """Record why a source could not be ingested."""
+    await conn.run(
+        "INSERT INTO errors (source, error_type, message, at) VALUES (%s, %s, %s, %s)",
+        [source, error_type, message, time.time()],
+    )
+
+
+async def clear_errors(conn: PgConn, source: str) -> None:
+    """Forget the errors of a source that has now been ingested."""
+    await conn.run("DELETE FROM errors WHERE source = %s", [source])
+
+
+async def count_use(conn: PgConn, chunk_ids: Sequence[int], *, retrieval: bool) -> None:
+    """Count retrievals (returned by search) or accesses (read explicitly) apart."""
+    column = "retrieval" if retrieval else "access"
+    last = "last_retrieved_at" if retrieval else "last_accessed_at"
+    now = time.time()
+    await conn.run_many(
+        f"UPDATE chunks SET {column}_count = {column}_count + 1, {last} = %s WHERE id = %s",
+        [(now, cid) for cid in chunk_ids],
+    )

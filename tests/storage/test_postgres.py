@@ -1,0 +1,278 @@
+"""What only the PostgreSQL backend has: its schema, several daemons on one database, and
+per-user isolation. The behaviour both backends share is tested on both in test_store.py."""
+
+import asyncio
+import getpass
+import json
+import socket
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from recalld.api import AsyncMemory
+from recalld.config import load_settings
+from recalld.errors import ModelMismatchError, SchemaTooNewError
+from recalld.storage.pg import schema
+from recalld.storage.store import Store
+from tests.helpers.postgres import VECTOR_INDEX, PgServer
+
+
+def settings_for(home: Path, url: str, **extra: str):
+    env = {
+        "RECALLD_HOME": str(home),
+        "RECALLD_EMBED__MODEL": "hash:64",
+        "RECALLD_STORE__PATH": url,
+        "RECALLD_STORE__VECTOR_INDEX": VECTOR_INDEX,
+        **extra,
+    }
+    return load_settings(None, env).settings
+
+
+def as_role(url: str, role: str) -> str:
+    return url.replace("postgresql://postgres:", f"postgresql://{role}:", 1)
+
+
+def rows(url: str, sql: str) -> list[tuple]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(sql.encode()).fetchall()
+
+
+async def test_schema_version_indexes_and_model_stamp(pg_url: str):
+    # An empty HNSW index is safe even where pgvector's HNSW cannot insert (VECTOR_INDEX).
+    store = await Store.open(pg_url, model_id="hash-64", dimension=64, vector_index="hnsw")
+    await store.close()
+    meta = dict(rows(pg_url, "SELECT key, value FROM meta"))
+    assert meta == {
+        "schema_version": str(schema.SCHEMA_VERSION),
+        "model_id": "hash-64",
+        "dimension": "64",
+        "isolate_users": "0",
+        "vector_index": "hnsw",
+    }
+    indexes = {r[0]: r[1] for r in rows(pg_url, "SELECT indexname, indexdef FROM pg_indexes")}
+    assert "USING gin (tsv)" in indexes["chunks_tsv"]
+    assert "USING hnsw (embedding halfvec_cosine_ops)" in indexes["chunks_vec_hnsw"]
+    [(kind,)] = rows(
+        pg_url,
+        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+        "WHERE attrelid = 'chunks_vec'::regclass AND attname = 'embedding'",
+    )
+    assert kind == "halfvec(64)"
+
+
+async def test_newer_schema_and_other_model_are_refused(pg_url: str):
+    await (await Store.open(pg_url, model_id="hash-64", dimension=64)).close()
+    with pytest.raises(ModelMismatchError, match=r"set embed\.model back") as info:
+        await Store.open(pg_url, model_id="hash-64", dimension=32)
+    assert info.value.data["stored_dimension"] == 64
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
+    with pytest.raises(SchemaTooNewError, match="newer than this recalld"):
+        await Store.open(pg_url, model_id="hash-64", dimension=64)
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> list[Path]:
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    paths = []
+    for i in range(24):
+        path = folder / f"note{i:02d}.md"
+        body = "\n\n".join(
+            f"# Part {j}\n\nNote {i} part {j} mentions topic{i} and item{j}." for j in range(4)
+        )
+        path.write_text(body)
+        paths.append(path)
+    return paths
+
+
+@pytest.fixture
+async def two_daemons(tmp_path: Path, pg_url: str) -> AsyncIterator[tuple[AsyncMemory, ...]]:
+    # Two stores with their own data dirs, pools and writer locks, as two daemons on two
+    # machines would have; only the database is shared.
+    first = await AsyncMemory.open(settings_for(tmp_path / "a", pg_url))
+    second = await AsyncMemory.open(settings_for(tmp_path / "b", pg_url))
+    yield first, second
+    await first.close()
+    await second.close()
+
+
+async def test_two_daemons_ingesting_the_same_sources_store_each_once(
+    two_daemons: tuple[AsyncMemory, AsyncMemory], corpus: list[Path], pg_url: str
+):
+    first, second = two_daemons
+    # Both take every file, in opposite orders, at the same time.
+    await asyncio.gather(
+        *(first.add_file(p) for p in corpus), *(second.add_file(p) for p in reversed(corpus))
+    )
+    await asyncio.gather(
+        first.remember("the standup moved to 9:30"), second.remember("the standup moved to 9:30")
+    )
+    counts = await first.counts()
+    assert counts["documents"] == len(corpus) + 1
+    assert counts["partial_documents"] == 0 and counts["errors"] == 0
+    assert rows(pg_url, "SELECT source FROM documents GROUP BY source HAVING count(*) > 1") == []
+    assert (
+        rows(pg_url, "SELECT document_id, text FROM chunks GROUP BY 1, 2 HAVING count(*) > 1") == []
+    )
+    # Vectors and keyword index stay in step with the chunks.
+    [(chunks, vectors)] = rows(
+        pg_url, "SELECT (SELECT count(*) FROM chunks), (SELECT count(*) FROM chunks_vec)"
+    )
+    assert chunks == vectors == counts["chunks"]
+    hit = (await second.search("topic7 item2")).hits[0]
+    assert hit.chunk.source == str(corpus[7]) and "Note 7 part 2" in hit.chunk.text
+    # Who wrote each document is recorded.
+    writers = set(rows(pg_url, "SELECT DISTINCT written_by, os_user, host FROM documents"))
+    assert writers == {("postgres", getpass.getuser(), socket.gethostname())}
+
+
+async def test_isolated_users_read_and_write_only_their_own_rows(
+    tmp_path: Path, pg_server: PgServer, pg_url: str
+):
+    suffix = uuid.uuid4().hex[:8]
+    alice_role, bob_role = f"alice_{suffix}", f"bob_{suffix}"
+    # The administrator creates the store (and so its policies) and the roles.
+    admin = settings_for(tmp_path / "admin", pg_url, RECALLD_STORE__ISOLATE_USERS="true")
+    await (await AsyncMemory.open(admin)).close()
+    pg_server.admin(f"CREATE ROLE {alice_role} LOGIN; CREATE ROLE {bob_role} LOGIN")
+    alice = await AsyncMemory.open(settings_for(tmp_path / "a", as_role(pg_url, alice_role)))
+    bob = await AsyncMemory.open(settings_for(tmp_path / "b", as_role(pg_url, bob_role)))
+    try:
+        await alice.remember("alice's locker code is 4711")
+        await bob.remember("bob's locker code is 1234")
+        # The same source for both users is two documents, one each.
+        await alice.add_text("alpha plan for the launch", source="notes/plan.md", name="p.md")
+        await bob.add_text("beta plan for the launch", source="notes/plan.md", name="p.md")
+        await bob.remember("the office closes at six")
+        await alice.remember("the office closes at six")
+
+        bobs = {"bob's locker code is 1234", "beta plan for the launch", "the office closes at six"}
+        found = await bob.search("locker code", gate=False)
+        assert found.hits[0].chunk.text == "bob's locker code is 1234"
+        assert {h.chunk.text for h in found.hits} <= bobs
+        plans = await alice.search("plan launch", gate=False)
+        assert plans.hits[0].chunk.text == "alpha plan for the launch"
+        assert "beta plan for the launch" not in {h.chunk.text for h in plans.hits}
+        assert (await bob.counts())["documents"] == 3
+        assert (await alice.counts())["documents"] == 3
+
+        # Raw SQL through Bob's store cannot reach Alice's rows either.
+        async def tamper(conn):
+            changed = await conn.execute("UPDATE chunks SET text = 'owned'")
+            return changed
+
+        assert await bob.ingestor.store.write(tamper) == 3
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="row-level security"):
+            await bob.ingestor.store.write(
+                lambda c: c.execute(
+                    "INSERT INTO errors (scope, source, error_type, message, at) "
+                    f"VALUES ('{alice_role}', 'x', 'E', 'm', 0)"
+                )
+            )
+        texts = {r[0] for r in rows(pg_url, "SELECT text FROM chunks")}  # the administrator
+        assert "alice's locker code is 4711" in texts and "owned" in texts
+        scopes = dict(rows(pg_url, "SELECT scope, count(*) FROM documents GROUP BY scope"))
+        assert scopes == {alice_role: 3, bob_role: 3}
+    finally:
+        await alice.close()
+        await bob.close()
+
+
+def test_migrate_moves_a_sqlite_store_with_its_vectors(tmp_path: Path, pg_url: str):
+    from click.testing import CliRunner
+
+    from recalld.cli import cli
+
+    lite = load_settings(
+        None, {"RECALLD_HOME": str(tmp_path / "lite"), "RECALLD_EMBED__MODEL": "hash:64"}
+    ).settings
+    queries = ["standup time", "database migration plan", "ERR_CONN_RESET upstream"]
+
+    async def fill_and_search() -> list[tuple]:
+        async with await AsyncMemory.open(lite) as memory:
+            await memory.remember("the standup moved to 9:30", tags=("team",))
+            await memory.add_text(
+                "# Plan\n\nThe database migration plan has three steps.\n\n# Risks\n\n"
+                "We saw ERR_CONN_RESET from upstream during the dry run.",
+                source="notes/plan.md",
+                name="plan.md",
+            )
+            await memory.add_text(
+                '[{"role": "user", "content": "when is the standup?"}, '
+                '{"role": "assistant", "content": "at 9:30 every day"}]',
+                source="chats/standup.json",
+                name="standup.json",
+            )
+            return [await top(memory, q) for q in queries]
+
+    before = asyncio.run(fill_and_search())
+    result = CliRunner().invoke(
+        cli,
+        [
+            "migrate",
+            "--from",
+            str(lite.store_path),
+            "--to",
+            pg_url,
+            "--vector-index",
+            VECTOR_INDEX,
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["counts"]["chunks"] == report["counts"]["chunks_vec"] > 3
+    assert report["counts"]["documents"] == 3
+    assert "postgres:" not in report["to"] or "********" in report["to"]
+
+    async def search_migrated() -> tuple[list[tuple], list]:
+        async with await AsyncMemory.open(settings_for(tmp_path / "pg", pg_url)) as memory:
+            parents = await memory.store.read(
+                lambda c: c.fetchall("SELECT count(*) FROM chunks WHERE parent_id IS NOT NULL")
+            )
+            await memory.remember("a memory written after the move")  # ids keep counting
+            return [await top(memory, q) for q in queries], parents
+
+    after, parents = asyncio.run(search_migrated())
+    assert after == before
+    assert parents[0][0] > 0  # conversation rounds keep their session parents
+
+    again = CliRunner().invoke(cli, ["migrate", "--from", str(lite.store_path), "--to", pg_url])
+    assert again.exit_code != 0 and "already holds documents" in str(again.exception)
+
+
+async def top(memory: AsyncMemory, query: str) -> tuple:
+    hits = (await memory.search(query, gate=False, limit=3)).hits
+    return tuple((h.chunk.id, h.chunk.source, h.chunk.text) for h in hits)
+
+
+async def test_check_reports_a_broken_invariant(pg_url: str):
+    from recalld.storage.check import check_store
+
+    store = await Store.open(pg_url, model_id="hash-64", dimension=64, vector_index=VECTOR_INDEX)
+    try:
+        from .conftest import put
+
+        await put(store, "a.md", ["alpha one", "alpha two"])
+        report = await asyncio.to_thread(check_store, store.path)
+        assert report["ok"] and report["counts"]["vectors"] == 2
+        assert "********" not in report["path"] and ":@" not in report["path"]
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute("UPDATE documents SET chunk_count = 5")
+        report = await asyncio.to_thread(check_store, store.path)
+        assert not report["ok"]
+        assert [c["name"] for c in report["checks"] if not c["ok"]] == ["chunk_count_mismatch"]
+        from recalld.storage.repair import check_and_repair
+
+        async def never(_: object) -> None:
+            raise AssertionError("nothing is re-ingested or forgotten")
+
+        repaired = await check_and_repair(store, None, never, never)
+        assert repaired["repair"]["before"]["failed"] == ["chunk_count_mismatch"]
+        assert [u["name"] for u in repaired["repair"]["unrepaired"]] == ["chunk_count_mismatch"]
+    finally:
+        await store.close()
