@@ -116,6 +116,12 @@ async def _open_connection(path: Path, *, readonly: bool) -> aiosqlite.Connectio
     return await conn
 
 
+def _observe(task: asyncio.Future[Any]) -> None:
+    # A write whose caller was cancelled has no one to read its error: log it instead.
+    if not task.cancelled() and task.exception() is not None:
+        logger.debug("a write finished after its caller was cancelled: %r", task.exception())
+
+
 class Store:
     """The async store. Open with `await Store.open(...)`; close with `await store.close()`.
 
@@ -272,7 +278,17 @@ class Store:
             return await fn(conn)
 
     async def write(self, fn: Callable[[Any], Awaitable[T]]) -> T:
-        """Run `fn(conn)` on the writer connection inside one `BEGIN IMMEDIATE` transaction."""
+        """Run `fn(conn)` on the writer connection inside one `BEGIN IMMEDIATE` transaction.
+
+        A cancelled caller does not cut the transaction short: it runs on to its COMMIT or
+        ROLLBACK in its own task, so the writer connection is never left inside a transaction
+        (which would make every later write fail).
+        """
+        task = asyncio.ensure_future(self._transaction(fn))
+        task.add_done_callback(_observe)
+        return await asyncio.shield(task)
+
+    async def _transaction(self, fn: Callable[[Any], Awaitable[T]]) -> T:
         async with self._write_lock:
             await self._writer.execute("BEGIN IMMEDIATE")
             try:
