@@ -19,7 +19,7 @@ from recalld.errors import NotFoundError
 from recalld.storage import readers
 from recalld.storage.history import MemoryEdit
 from recalld.storage.links import RELATIONS
-from recalld.types import GRANULARITIES, KINDS, MEMORY_TYPES, Filters
+from recalld.types import MEMORY_TYPES, Filters
 
 if TYPE_CHECKING:
     from recalld.daemon.methods import Context, Progress
@@ -70,25 +70,11 @@ class PendingForgets:
         return plan.targets
 
 
-def _filters(params: Params) -> Filters:
-    f = params.object("filters")
-    filters = Filters(
-        sources=f.strings("sources"),
-        kinds=f.strings("kinds", KINDS),
-        granularities=f.strings("granularities", GRANULARITIES),
-        tags=f.strings("tags"),
-        since=f.time("since"),
-        until=f.time("until"),
-    )
-    f.done()
-    return filters
-
-
 async def forget_by_query(ctx: Context, params: Params) -> dict[str, Any]:
     """Step one: the matches of `query` and a token that confirms their removal."""
     query = params.string("query")
     limit = params.integer("limit", 10, low=1, high=100)
-    filters = _filters(params)
+    filters = params.filters()
     params.done()
     if filters.is_empty():
         # Without filters only memories are candidates: a query should not take files along.

@@ -31,7 +31,7 @@ from recalld.ingest.watcher import SOURCE_KINDS
 from recalld.retrieval.search import MODES
 from recalld.storage import check, readers, repair
 from recalld.storage.schema import SCHEMA_VERSION
-from recalld.types import GRANULARITIES, KINDS, MEMORY_TYPES, Chunk, Filters, Hit
+from recalld.types import MEMORY_TYPES, Chunk, Hit
 
 if TYPE_CHECKING:
     # Only for annotations: importing them pulls in the chunkers and the embedders.
@@ -141,16 +141,7 @@ async def search(ctx: Context, params: Params, progress: Progress) -> Any:
     expand = params.integer("expand", None, low=0, high=20)
     budget = params.integer("budget_tokens", None, low=1, high=1_000_000)
     time_aware = params.boolean("time_aware", None)
-    f = params.object("filters")
-    filters = Filters(
-        sources=f.strings("sources"),
-        kinds=f.strings("kinds", KINDS),
-        granularities=f.strings("granularities", GRANULARITIES),
-        tags=f.strings("tags"),
-        since=f.time("since"),
-        until=f.time("until"),
-    )
-    f.done()
+    filters = params.filters()
     params.done()
     overrides: dict[str, Any] = {}
     if mode is not None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from recalld.types import GRANULARITIES, KINDS, Filters
+
 _MISSING: Any = object()
 
 
@@ -132,6 +134,21 @@ class Params:
     def object(self, name: str) -> Params:
         """A nested object param, read the same way; default empty."""
         return Params(self._get(name, dict, {}), f"{self.prefix}{name}.")
+
+    def filters(self) -> Filters:
+        """The `filters` object of `search` and `forget`: sources, kinds, granularities,
+        tags, since and until."""
+        f = self.object("filters")
+        filters = Filters(
+            sources=f.strings("sources"),
+            kinds=f.strings("kinds", KINDS),
+            granularities=f.strings("granularities", GRANULARITIES),
+            tags=f.strings("tags"),
+            since=f.time("since"),
+            until=f.time("until"),
+        )
+        f.done()
+        return filters
 
     def done(self) -> None:
         """Refuse params the method did not read (typos should not pass silently)."""
