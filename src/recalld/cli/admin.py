@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
 from pathlib import Path
@@ -10,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from recalld.cli.common import client_command, connect, json_option, load, pass_client
+from recalld.cli.common import client_command, connect, json_option, load, pass_client, run_offline
 from recalld.cli.output import duration, emit, pairs, snippet, table, when
 from recalld.client import Client
 from recalld.config import LoadedSettings, default_config_path, settings_as_dict
-from recalld.errors import DaemonAlreadyRunning, StoreError
+from recalld.errors import StoreError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -126,8 +125,6 @@ def _render_check(report: dict[str, Any]) -> Any:
 def _repair_offline(loaded: LoadedSettings) -> dict[str, Any]:
     """Repair the store with the daemon stopped: its lock, the configured model, our own loop."""
     # Imported only here: the store, the model and the ingest pipeline are heavy.
-    from recalld.api import AsyncMemory
-    from recalld.daemon.server import StoreLock
     from recalld.storage.repair import check_and_repair
 
     settings = loaded.settings
@@ -137,24 +134,13 @@ def _repair_offline(loaded: LoadedSettings) -> dict[str, Any]:
             data={"path": str(settings.store_path)},
         )
 
-    async def run() -> dict[str, Any]:
-        async with await AsyncMemory.open(settings) as memory:
-            return await check_and_repair(
-                memory.store, memory.ingestor.embed, memory.add_file, memory.forget
-            )
-
-    lock = StoreLock(settings.store_path)
-    try:
-        lock.acquire()
-    except DaemonAlreadyRunning as exc:
-        raise DaemonAlreadyRunning(
-            f"{exc.message}; or repair through it: `recalld check --repair` without --offline",
-            data=exc.data,
-        ) from None
-    try:
-        return asyncio.run(run())
-    finally:
-        lock.release()
+    return run_offline(
+        settings,
+        lambda memory: check_and_repair(
+            memory.store, memory.ingestor.embed, memory.add_file, memory.forget
+        ),
+        "`recalld check --repair` without --offline",
+    )
 
 
 @click.command()

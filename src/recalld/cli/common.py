@@ -8,16 +8,50 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from recalld.client import Client
 from recalld.config import LoadedSettings, load_settings
 
+if TYPE_CHECKING:
+    from recalld.api import AsyncMemory
+    from recalld.config import Settings
+
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+def run_offline(
+    settings: Settings, work: Callable[[AsyncMemory], Awaitable[T]], through_daemon: str
+) -> T:
+    """Run `work` on the store with the daemon stopped: its lock, the configured model and
+    our own event loop. `through_daemon` names the command that does it through a daemon."""
+    # Imported only here: the store, the model and the ingest pipeline are heavy.
+    import asyncio
+
+    from recalld.api import AsyncMemory
+    from recalld.daemon.server import StoreLock
+    from recalld.errors import DaemonAlreadyRunning
+
+    async def run() -> T:
+        async with await AsyncMemory.open(settings) as memory:
+            return await work(memory)
+
+    lock = StoreLock(settings.store_path)
+    try:
+        lock.acquire()
+    except DaemonAlreadyRunning as exc:
+        raise DaemonAlreadyRunning(
+            f"{exc.message}; or do it through the daemon: {through_daemon}", data=exc.data
+        ) from None
+    try:
+        return asyncio.run(run())
+    finally:
+        lock.release()
 
 
 def parse_sets(values: tuple[str, ...]) -> dict[str, str]:

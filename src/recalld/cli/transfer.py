@@ -7,7 +7,6 @@ the daemon stopped and embeds with the configured model, the pattern of `check -
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -20,10 +19,9 @@ from typing import IO, TYPE_CHECKING, Any
 import click
 
 from recalld import __version__
-from recalld.cli.common import connect, json_option, load, settings_options
+from recalld.cli.common import connect, json_option, load, run_offline, settings_options
 from recalld.cli.output import emit
 from recalld.config import LoadedSettings
-from recalld.errors import DaemonAlreadyRunning
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -101,26 +99,13 @@ def export(
 def _import_offline(loaded: LoadedSettings, path: Path, replace: bool) -> dict[str, Any]:
     """Import with the daemon stopped: its lock, the configured model, our own loop."""
     # Imported only here: the store, the model and the ingest pipeline are heavy.
-    from recalld.api import AsyncMemory
-    from recalld.daemon.server import StoreLock
     from recalld.storage.importer import import_file
 
-    async def run() -> dict[str, Any]:
-        async with await AsyncMemory.open(loaded.settings) as memory:
-            return await import_file(memory.store, path, memory.ingestor.embed, replace=replace)
-
-    lock = StoreLock(loaded.settings.store_path)
-    try:
-        lock.acquire()
-    except DaemonAlreadyRunning as exc:
-        raise DaemonAlreadyRunning(
-            f"{exc.message}; or import through it: `recalld import` without --offline",
-            data=exc.data,
-        ) from None
-    try:
-        return asyncio.run(run())
-    finally:
-        lock.release()
+    return run_offline(
+        loaded.settings,
+        lambda memory: import_file(memory.store, path, memory.ingestor.embed, replace=replace),
+        "`recalld import` without --offline",
+    )
 
 
 def _render_import(report: dict[str, Any]) -> Callable[[Console], None]:
