@@ -191,6 +191,7 @@ async def replace_document(
     return doc_id
 
 
+@routed
 async def insert_vectors(
     conn: Any, rows: Sequence[tuple[int, npt.NDArray[np.float32], str, str]]
 ) -> None:

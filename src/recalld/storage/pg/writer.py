@@ -128,10 +128,7 @@ async def replace_document(
             embedded.append((chunk_id, vector, draft.kind, draft.granularity))
         if draft.parent_key is not None and draft.parent_key in ids_by_key:
             parents.append((ids_by_key[draft.parent_key], chunk_id))
-    await conn.run_many(
-        "INSERT INTO chunks_vec (chunk_id, embedding, kind, granularity) VALUES (%s, %s, %s, %s)",
-        embedded,
-    )
+    await insert_vectors(conn, embedded)
     await conn.run_many("UPDATE chunks SET parent_id = %s WHERE id = %s", parents)
     # Links in the same transaction, so a search never sees a document without them (issue 8).
     if structure_links:
@@ -148,6 +145,15 @@ async def replace_document(
         [len(chunks), now, doc_id],
     )
     return doc_id
+
+
+async def insert_vectors(conn: PgConn, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Store the vectors of new chunks `(chunk_id, vector, kind, granularity)` in the caller's
+    transaction."""
+    await conn.run_many(
+        "INSERT INTO chunks_vec (chunk_id, embedding, kind, granularity) VALUES (%s, %s, %s, %s)",
+        [(cid, np.ascontiguousarray(v, dtype=np.float32), k, g) for cid, v, k, g in rows],
+    )
 
 
 async def delete_chunks(conn: PgConn, chunk_ids: Iterable[int]) -> None:
