@@ -217,3 +217,18 @@ async def test_conversation_logs_get_structure_links_and_activation(
             "activation"
         ] >= len(reached)
         await asyncio.sleep(0)
+
+
+async def test_status_names_the_backend_and_its_schema(
+    daemon: Running, backend_env: dict[str, str]
+) -> None:
+    from recalld.storage import schema
+    from recalld.storage.pg import schema as pg_schema
+
+    async with daemon.client() as client:
+        info = await client.status()
+    if backend_env:
+        assert info["backend"] == "postgresql" and info["store"].startswith("postgresql://")
+        assert info["schema_version"] == pg_schema.SCHEMA_VERSION
+    else:
+        assert info["backend"] == "sqlite" and info["schema_version"] == schema.SCHEMA_VERSION

@@ -128,7 +128,13 @@ class Store:
         path: The SQLite file.
         model_id: The embedding model the store's vectors come from.
         dimension: Their length.
+        backend: "sqlite" here, "postgresql" for `storage.pg.store.PgStore`.
+        schema_version: The newest schema of this backend (each has its own migrations),
+            which every open store is migrated to.
     """
+
+    backend = "sqlite"
+    schema_version = schema.SCHEMA_VERSION
 
     def __init__(
         self,

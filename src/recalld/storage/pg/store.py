@@ -134,6 +134,9 @@ class PgStore(Store):
         identity: Who writes through this store.
     """
 
+    backend = "postgresql"
+    schema_version = schema.SCHEMA_VERSION
+
     def __init__(
         self,
         url: str,
