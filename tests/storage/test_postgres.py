@@ -7,6 +7,7 @@ import json
 import socket
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import closing
 from pathlib import Path
 
 import psycopg
@@ -15,6 +16,9 @@ import pytest
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.errors import ModelMismatchError, SchemaTooNewError
+from recalld.storage import readers
+from recalld.storage.connection import connect
+from recalld.storage.history import MemoryEdit
 from recalld.storage.pg import schema
 from recalld.storage.store import Store
 from tests.helpers.postgres import VECTOR_INDEX, PgServer
@@ -194,7 +198,11 @@ def test_migrate_moves_a_sqlite_store_with_its_vectors(tmp_path: Path, pg_url: s
 
     async def fill_and_search() -> list[tuple]:
         async with await AsyncMemory.open(lite) as memory:
-            await memory.remember("the standup moved to 9:30", tags=("team",))
+            saved = await memory.remember("the standup moved to 9:30", tags=("team",))
+            doc_id = saved.document_id
+            [chunk] = await memory.store.read(lambda c: readers.neighbours(c, doc_id, 0, 0))
+            # An edit leaves a version in chunk_history, which moves across too.
+            await memory.update(chunk.id, MemoryEdit(importance=0.8))
             await memory.add_text(
                 "# Plan\n\nThe database migration plan has three steps.\n\n# Risks\n\n"
                 "We saw ERR_CONN_RESET from upstream during the dry run.",
@@ -210,6 +218,9 @@ def test_migrate_moves_a_sqlite_store_with_its_vectors(tmp_path: Path, pg_url: s
             return [await top(memory, q) for q in queries]
 
     before = asyncio.run(fill_and_search())
+    origins_sql = "SELECT origin, count(*) FROM links GROUP BY origin ORDER BY origin"
+    with closing(connect(lite.store_path, readonly=True)) as conn:
+        origins = [tuple(r) for r in conn.execute(origins_sql)]
     result = CliRunner().invoke(
         cli,
         [
@@ -226,7 +237,7 @@ def test_migrate_moves_a_sqlite_store_with_its_vectors(tmp_path: Path, pg_url: s
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["counts"]["chunks"] == report["counts"]["chunks_vec"] > 3
-    assert report["counts"]["documents"] == 3
+    assert report["counts"]["documents"] == 3 and report["counts"]["chunk_history"] == 1
     assert "postgres:" not in report["to"] or "********" in report["to"]
 
     async def search_migrated() -> tuple[list[tuple], list]:
@@ -234,10 +245,13 @@ def test_migrate_moves_a_sqlite_store_with_its_vectors(tmp_path: Path, pg_url: s
             parents = await memory.store.read(
                 lambda c: c.fetchall("SELECT count(*) FROM chunks WHERE parent_id IS NOT NULL")
             )
+            moved = await memory.store.read(lambda c: c.fetchall(origins_sql))
             await memory.remember("a memory written after the move")  # ids keep counting
-            return [await top(memory, q) for q in queries], parents
+            return [await top(memory, q) for q in queries], parents, moved
 
-    after, parents = asyncio.run(search_migrated())
+    after, parents, moved = asyncio.run(search_migrated())
+    # Links keep where they came from (auto structure links vs user links).
+    assert [tuple(r) for r in moved] == origins and ("auto",) == tuple(r[0] for r in origins)
     assert after == before
     assert parents[0][0] > 0  # conversation rounds keep their session parents
 
