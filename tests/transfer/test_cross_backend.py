@@ -155,3 +155,47 @@ async def test_a_store_moves_between_backends(
         # (Searched last: a search counts its hits.)
         found = await target.search("lamp cleaned Tuesday", limit=1)
         assert found.hits[0].chunk.text == expected
+
+
+def test_cli_offline_export_and_import_on_postgresql_urls(
+    isolated_home: Path, pg_server: PgServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from recalld.api import Memory
+    from tests.transfer.test_socket_and_cli import run_cli
+
+    names = [pg_server.new_database(), pg_server.new_database()]
+    urls = [pg_server.url(n) for n in names]
+    try:
+        settings = load_settings(
+            None,
+            {"RECALLD_HOME": str(isolated_home)},
+            {"embed.model": "hash:64", "store.path": urls[0], "store.vector_index": VECTOR_INDEX},
+        ).settings
+        with Memory(settings) as memory:
+            memory.remember("Offline on PostgreSQL: the ladder is in the shed", tags=["tools"])
+        common = ["--set", "embed.model=hash:64", "--set", f"store.vector_index={VECTOR_INDEX}"]
+        path = tmp_path / "x.jsonl"
+        code, _, err = run_cli(
+            ["export", str(path), "--offline", "--vectors", "--set", f"store.path={urls[0]}"],
+            capsys,
+        )
+        assert code == 0, err
+        assert '"vector":' in path.read_text() and "postgresql" in path.read_text()
+        code, out, err = run_cli(
+            ["import", str(path), "--offline", "--json", "--set", f"store.path={urls[1]}", *common],
+            capsys,
+        )
+        assert code == 0, err
+        report = json.loads(out)
+        assert report["documents"]["imported"] == 1 and report["vectors_reused"] == 1
+        other = load_settings(
+            None,
+            {"RECALLD_HOME": str(isolated_home)},
+            {"embed.model": "hash:64", "store.path": urls[1], "store.vector_index": VECTOR_INDEX},
+        ).settings
+        with Memory(other) as memory:
+            hits = memory.search("ladder shed").hits
+            assert hits and hits[0].chunk.tags == ("tools",)
+    finally:
+        for name in names:
+            pg_server.admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
