@@ -227,6 +227,9 @@ async def test_status_names_the_backend_and_its_schema(
 
     async with daemon.client() as client:
         info = await client.status()
+        models = await client.models()
+    # The store records the spec of its model on both backends (`models` reads it back).
+    assert models["store"] == {"model": "hash-64", "dimension": 64, "spec": "hash:64"}
     if backend_env:
         assert info["backend"] == "postgresql" and info["store"].startswith("postgresql://")
         assert info["schema_version"] == pg_schema.SCHEMA_VERSION

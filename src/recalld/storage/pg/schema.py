@@ -22,7 +22,9 @@ Differences from SQLite, and why:
   unique per scope. Documents also record the role, OS user and host that last wrote them.
 - the schema version is stamped in `meta` (`schema_version`), as PostgreSQL has no
   `user_version`; migrations run under an advisory lock so daemons starting together migrate
-  once.
+  once. PostgreSQL's migrations are numbered on their own: pg_m001 is SQLite's m001 and m002
+  (the vector cascade has no counterpart here), pg_m002 is SQLite's m003 and m004 (the reindex
+  staging table, memory history, link origins).
 """
 
 from __future__ import annotations
