@@ -97,7 +97,9 @@ async def _prepare(
             if isolate:
                 await schema.isolate_users(conn)
             stored.update(stamp)
-        elif model_spec is not None and SPEC_KEY not in stored and not isolate:
+        elif (
+            model_spec is not None and SPEC_KEY not in stored and stored.get("isolate_users") != "1"
+        ):
             # A store made before specs were recorded learns its own (as SQLite's do).
             if stored["model_id"] == model_id and int(stored["dimension"]) == dimension:
                 await conn.execute(
