@@ -117,7 +117,7 @@ class AsyncMemory:
         spec = settings.embed.model
         if embedder is None:
             if follow_store:
-                stored = await asyncio.to_thread(stored_model, settings.store_path)
+                stored = await asyncio.to_thread(stored_model, settings.store_location)
                 if stored is not None and stored[0] is not None and stored[0] != spec:
                     logger.info("using %s, the store's model (embed.model is not set)", stored[0])
                     spec = stored[0]

@@ -1,5 +1,6 @@
 """`recalld reindex` against a real daemon process: killed half-way and resumed, with searches
-answered throughout; the switch; the next start; cancel; refusal; status; `recalld models`."""
+answered throughout (on SQLite and on PostgreSQL); the switch; the next start; cancel; refusal;
+status; `recalld models`."""
 
 from __future__ import annotations
 
@@ -15,12 +16,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import psycopg
 import pytest
 
 from recalld.client import Client
 from recalld.embeddings.base import HashEmbedder
 from recalld.errors import ReindexError
 from tests.helpers.fake_openai import FakeOpenAI, Reply
+from tests.helpers.postgres import VECTOR_INDEX
 from tests.integration.conftest import Daemon
 
 pytestmark = [pytest.mark.integration]
@@ -37,12 +41,25 @@ def text(i: int) -> str:
 QUERY = " ".join(text(7).split()[:7])
 
 
-def similarity(dimension: int) -> float:
+def similarity(dimension: int, half: bool = False) -> float:
+    """The query's similarity to note 7; `half`: as PostgreSQL's `halfvec` computes it."""
     q, d = HashEmbedder(dimension).embed([QUERY, text(7)])
+    if half:
+        q, d = (v.astype(np.float16).astype(np.float32) for v in (q, d))
+        return round(float(q @ d / (np.linalg.norm(q) * np.linalg.norm(d))), 4)
     return round(float(q @ d), 4)
 
 
 OLD, NEW = similarity(64), similarity(32)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """The daemon's store: the home's SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return {}
+    url: str = request.getfixturevalue("pg_url")
+    return {"RECALLD_STORE__PATH": url, "RECALLD_STORE__VECTOR_INDEX": VECTOR_INDEX}
 
 
 def fill(daemon: Daemon, n: int = CHUNKS) -> None:
@@ -51,7 +68,13 @@ def fill(daemon: Daemon, n: int = CHUNKS) -> None:
 
 
 def staged(daemon: Daemon) -> tuple[int, dict[str, str]]:
-    """Read the store file directly (the daemon is dead): staged vectors and `meta`."""
+    """Read the store directly (the daemon is dead): staged vectors and `meta`."""
+    url = daemon.env.get("RECALLD_STORE__PATH", "")
+    if url.startswith("postgresql://"):
+        with psycopg.connect(url) as pg:
+            count = pg.execute("SELECT count(*) FROM reindex_vectors").fetchone()[0]  # type: ignore[index]
+            meta = {str(k): str(v) for k, v in pg.execute("SELECT key, value FROM meta")}
+            return int(count), meta
     conn = sqlite3.connect(daemon.home / "data" / "recalld.db")
     try:
         count = conn.execute("SELECT count(*) FROM reindex_vectors").fetchone()[0]
@@ -103,11 +126,13 @@ def wait_until(daemon: Daemon, predicate: Callable[[dict[str, Any]], bool], time
 
 
 def test_reindex_killed_half_way_resumes_with_searches_answered_throughout(
-    make_daemon: Callable[..., Daemon],
+    make_daemon: Callable[..., Daemon], store_env: dict[str, str]
 ) -> None:
+    half = bool(store_env)  # PostgreSQL stores `halfvec`: similarities in half precision
+    OLD, NEW = similarity(64, half), similarity(32, half)
     assert OLD != NEW
     # Small batches, so the reindex takes long enough to be killed in the middle.
-    daemon = make_daemon(RECALLD_EMBED__BATCH_SIZE="1")
+    daemon = make_daemon(RECALLD_EMBED__BATCH_SIZE="1", **store_env)
     daemon.start()
     daemon.wait_ready()
     fill(daemon)

@@ -18,7 +18,7 @@ async def test_status(daemon: Running) -> None:
         info = await client.status()
     assert info["state"] == "ready"
     assert info["protocol_version"] == protocol.PROTOCOL_VERSION
-    assert info["schema_version"] == SCHEMA_VERSION
+    assert info["schema_version"] == SCHEMA_VERSION and info["backend"] == "sqlite"
     assert info["model"] == "hash-64" and info["dimension"] == 64
     assert info["socket"] == str(daemon.socket)
     assert info["drop_folder"] == str(daemon.home / "data" / "drop")

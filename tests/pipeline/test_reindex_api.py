@@ -1,5 +1,6 @@
 """Online re-embedding through the Python API (in process): swap, concurrent search and ingest,
-cancel, refusal of a second target, and the model the next open follows."""
+cancel, refusal of a second target, and the model the next open follows; on SQLite and on
+PostgreSQL."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from recalld.config import load_settings
 from recalld.embeddings.base import HashEmbedder
 from recalld.errors import ModelMismatchError, ReindexError
 from recalld.storage import check
+from tests.helpers.postgres import VECTOR_INDEX
 
 
 def text(i: int) -> str:
@@ -27,8 +29,17 @@ def similarity(model: int, query: str, doc: str) -> float:
     return round(float(q @ d), 4)
 
 
-def settings(home: Path, model: str | None):
-    env = {"RECALLD_HOME": str(home)}
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Where the store lives: the home's SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return {}
+    url: str = request.getfixturevalue("pg_url")
+    return {"RECALLD_STORE__PATH": url, "RECALLD_STORE__VECTOR_INDEX": VECTOR_INDEX}
+
+
+def settings(home: Path, model: str | None, store_env: dict[str, str]):
+    env = {"RECALLD_HOME": str(home), **store_env}
     if model is not None:
         env["RECALLD_EMBED__MODEL"] = model
     return load_settings(None, env, {}).settings
@@ -39,8 +50,10 @@ async def fill(memory: AsyncMemory, n: int) -> None:
         await memory.remember(text(i))
 
 
-async def test_swap_with_searches_and_ingest_running(tmp_path: Path) -> None:
-    memory = await AsyncMemory.open(settings(tmp_path, "hash:64"))
+async def test_swap_with_searches_and_ingest_running(
+    tmp_path: Path, store_env: dict[str, str]
+) -> None:
+    memory = await AsyncMemory.open(settings(tmp_path, "hash:64", store_env))
     try:
         await fill(memory, 150)
         query = " ".join(text(7).split()[:7])
@@ -85,22 +98,24 @@ async def test_swap_with_searches_and_ingest_running(tmp_path: Path) -> None:
     finally:
         await memory.close()
     # The config does not name a model: the store's recorded one wins.
-    reopened = await AsyncMemory.open(settings(tmp_path, None), follow_store=True)
+    reopened = await AsyncMemory.open(settings(tmp_path, None, store_env), follow_store=True)
     try:
         assert reopened.embedder.model_id == "hash-32"
     finally:
         await reopened.close()
     # The config names the old model explicitly: refused, with what to do.
     with pytest.raises(ModelMismatchError, match=r"embed\.model = 'hash:32'"):
-        await AsyncMemory.open(settings(tmp_path, "hash:64"))
+        await AsyncMemory.open(settings(tmp_path, "hash:64", store_env))
 
 
 async def _ignore(info: dict) -> None:
     pass
 
 
-async def test_cancel_and_a_second_target_is_refused(tmp_path: Path) -> None:
-    memory = await AsyncMemory.open(settings(tmp_path, "hash:64"))
+async def test_cancel_and_a_second_target_is_refused(
+    tmp_path: Path, store_env: dict[str, str]
+) -> None:
+    memory = await AsyncMemory.open(settings(tmp_path, "hash:64", store_env))
     try:
         await fill(memory, 40)
         memory.reindexer.batch = 8

@@ -1,4 +1,5 @@
-"""Time-aware search through the search path: a real store, a LoCoMo-shaped log, fixed dates."""
+"""Time-aware search through the search path: a real store (SQLite, and PostgreSQL), a
+LoCoMo-shaped log, fixed dates."""
 
 import json
 import os
@@ -13,6 +14,7 @@ from recalld.config import load_settings
 from recalld.errors import QueryError
 from recalld.storage import readers
 from recalld.types import Filters
+from tests.helpers.postgres import VECTOR_INDEX
 
 # Four sessions months apart, with a hike in March and another in June told alike: which one
 # comes first must depend on the time words of the question alone.
@@ -58,11 +60,19 @@ LOG = {
 }
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """Settings for a store on each backend (time-aware search must behave the same)."""
+    env = {"RECALLD_HOME": str(tmp_path), "RECALLD_EMBED__MODEL": "hash:64"}
+    if request.param == "postgresql":
+        env["RECALLD_STORE__PATH"] = request.getfixturevalue("pg_url")
+        env["RECALLD_STORE__VECTOR_INDEX"] = VECTOR_INDEX
+    return env
+
+
 @pytest.fixture
-async def memory(tmp_path: Path) -> AsyncIterator[AsyncMemory]:
-    settings = load_settings(
-        None, {"RECALLD_HOME": str(tmp_path), "RECALLD_EMBED__MODEL": "hash:64"}
-    ).settings
+async def memory(env: dict[str, str]) -> AsyncIterator[AsyncMemory]:
+    settings = load_settings(None, env).settings
     async with await AsyncMemory.open(settings) as opened:
         await opened.add_text(json.dumps(LOG), source="locomo:t1", name="locomo.json")
         yield opened

@@ -1,5 +1,5 @@
 """Links, the statuses they imply, structural auto links, and memory history (migration m004),
-on real SQLite files."""
+on real SQLite files and PostgreSQL databases."""
 
 from __future__ import annotations
 
@@ -147,51 +147,44 @@ async def test_auto_links_from_the_ingest_resolve_keys_and_ids(store: Store) -> 
     assert similar["origin"] == "auto"
 
 
-async def test_memory_edit_keeps_history_and_moves_the_vector(tmp_path: Path) -> None:
+async def test_memory_edit_keeps_history_and_moves_the_vector(store: Store) -> None:
     embedder = HashEmbedder(64)
-    store = await Store.open(tmp_path / "h.db", model_id=embedder.model_id, dimension=64)
-    try:
-        draft = ChunkDraft(
-            text="Ana lives in Porto", kind="memory", granularity="memory", key="memory"
-        )
-        vec = embedder.embed([draft.text])[0]
-        doc = writer.NewDocument("memory:aaa", "memory", "memory", "aaa")
-        await store.write(
-            lambda c: writer.replace_document(c, doc, [writer.NewChunk(draft, 4, vec)])
-        )
-        [cid] = await ids_of(store, "memory:aaa")
-        new_vec = embedder.embed(["Ana lives in Lisbon"])[0]
-        edit = history.MemoryEdit(text="Ana lives in Lisbon", tags=("home",))
 
-        async def update(conn):
-            return await history.update_memory(
-                conn,
-                cid,
-                edit,
-                source="memory:bbb",
-                content_hash="bbb",
-                chunk_hash="x",
-                token_count=4,
-                vector=new_vec,
-            )
+    draft = ChunkDraft(text="Ana lives in Porto", kind="memory", granularity="memory", key="memory")
+    vec = embedder.embed([draft.text])[0]
+    doc = writer.NewDocument("memory:aaa", "memory", "memory", "aaa")
+    await store.write(lambda c: writer.replace_document(c, doc, [writer.NewChunk(draft, 4, vec)]))
+    [cid] = await ids_of(store, "memory:aaa")
+    new_vec = embedder.embed(["Ana lives in Lisbon"])[0]
+    edit = history.MemoryEdit(text="Ana lives in Lisbon", tags=("home",))
 
-        assert await store.write(update) == 2
-        chunk = (await store.read(lambda c: readers.chunks_by_id(c, [cid])))[cid]
-        assert chunk.text == "Ana lives in Lisbon" and chunk.tags == ("home",)
-        assert chunk.source == "memory:bbb"
-        [old] = await store.read(lambda c: history.history_of(c, cid))
-        assert old["version"] == 1 and old["text"] == "Ana lives in Porto" and old["tags"] == []
-        # Search finds the new text by keyword and by vector, not the old one.
-        assert await store.read(lambda c: readers.fts(c, '"lisbon"', 5, Filters())) != []
-        assert await store.read(lambda c: readers.fts(c, '"porto"', 5, Filters())) == []
-        [(nearest, distance)] = await store.read(lambda c: readers.knn(c, new_vec, 1, Filters()))
-        assert nearest == cid and distance == pytest.approx(0.0, abs=1e-5)
-        # Forgetting the memory takes its history along.
-        assert await store.write(lambda c: writer.delete_document(c, "memory:bbb"))
-        rows = await store.read(lambda c: readers.fetchall(c, "SELECT count(*) FROM chunk_history"))
-        assert rows[0][0] == 0
-    finally:
-        await store.close()
+    async def update(conn):
+        return await history.update_memory(
+            conn,
+            cid,
+            edit,
+            source="memory:bbb",
+            content_hash="bbb",
+            chunk_hash="x",
+            token_count=4,
+            vector=new_vec,
+        )
+
+    assert await store.write(update) == 2
+    chunk = (await store.read(lambda c: readers.chunks_by_id(c, [cid])))[cid]
+    assert chunk.text == "Ana lives in Lisbon" and chunk.tags == ("home",)
+    assert chunk.source == "memory:bbb"
+    [old] = await store.read(lambda c: history.history_of(c, cid))
+    assert old["version"] == 1 and old["text"] == "Ana lives in Porto" and old["tags"] == []
+    # Search finds the new text by keyword and by vector, not the old one.
+    assert await store.read(lambda c: readers.fts(c, '"lisbon"', 5, Filters())) != []
+    assert await store.read(lambda c: readers.fts(c, '"porto"', 5, Filters())) == []
+    [(nearest, distance)] = await store.read(lambda c: readers.knn(c, new_vec, 1, Filters()))
+    assert nearest == cid and distance == pytest.approx(0.0, abs=1e-5)
+    # Forgetting the memory takes its history along.
+    assert await store.write(lambda c: writer.delete_document(c, "memory:bbb"))
+    rows = await store.read(lambda c: readers.fetchall(c, "SELECT count(*) FROM chunk_history"))
+    assert rows[0][0] == 0
 
 
 async def test_only_memories_can_be_edited_and_texts_stay_unique(store: Store) -> None:

@@ -7,6 +7,7 @@ import json
 import socket
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import closing
 from pathlib import Path
 
 import psycopg
@@ -14,7 +15,10 @@ import pytest
 
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
-from recalld.errors import ModelMismatchError, SchemaTooNewError
+from recalld.errors import ModelMismatchError, NotFoundError, ReindexError, SchemaTooNewError
+from recalld.storage import readers
+from recalld.storage.connection import connect
+from recalld.storage.history import MemoryEdit
 from recalld.storage.pg import schema
 from recalld.storage.store import Store
 from tests.helpers.postgres import VECTOR_INDEX, PgServer
@@ -61,6 +65,30 @@ async def test_schema_version_indexes_and_model_stamp(pg_url: str):
         "WHERE attrelid = 'chunks_vec'::regclass AND attname = 'embedding'",
     )
     assert kind == "halfvec(64)"
+
+
+async def test_an_isolated_version_1_store_gains_scoped_history(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+):
+    # A store made before pg_m002 (issue 8's tables), isolating users.
+    with monkeypatch.context() as patch:
+        patch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
+        patch.setattr(schema, "LATER_SCOPED_TABLES", ())  # not there yet
+        old = await Store.open(pg_url, model_id="hash-64", dimension=64, isolate_users=True)
+        await old.close()
+    assert dict(rows(pg_url, "SELECT key, value FROM meta"))["schema_version"] == "1"
+    assert rows(pg_url, "SELECT to_regclass('chunk_history')") == [(None,)]
+    await (await Store.open(pg_url, model_id="hash-64", dimension=64)).close()
+    meta = dict(rows(pg_url, "SELECT key, value FROM meta"))
+    assert meta["schema_version"] == str(schema.SCHEMA_VERSION) == "2"
+    policies = {r[0] for r in rows(pg_url, "SELECT tablename FROM pg_policies")}
+    assert {"chunk_history", "reindex_vectors", "chunks", "links"} <= policies
+    [(origin,)] = rows(
+        pg_url,
+        "SELECT column_default FROM information_schema.columns "
+        "WHERE table_name = 'links' AND column_name = 'origin'",
+    )
+    assert origin == "'user'::text"
 
 
 async def test_newer_schema_and_other_model_are_refused(pg_url: str):
@@ -159,6 +187,18 @@ async def test_isolated_users_read_and_write_only_their_own_rows(
         assert "beta plan for the launch" not in {h.chunk.text for h in plans.hits}
         assert (await bob.counts())["documents"] == 3
         assert (await alice.counts())["documents"] == 3
+        # Edits keep their history and links stay within the user's rows too.
+        code = (await alice.search("locker code", gate=False)).hits[0].chunk.id
+        office = (await alice.search("office closes", gate=False)).hits[0].chunk.id
+        assert await alice.update(code, MemoryEdit(text="alice's locker code is 4712")) == 2
+        await alice.link(code, office, "related", 0.5)
+        assert [v["text"] for v in await alice.history(code)] == ["alice's locker code is 4711"]
+        with pytest.raises(NotFoundError):
+            await bob.link(code, office, "related")
+        assert await bob.store.read(lambda c: c.fetchall("SELECT * FROM chunk_history")) == []
+        # No role sees every chunk, so none may re-embed the store.
+        with pytest.raises(ReindexError, match="isolates users"):
+            await bob.reindexer.start("hash:32")
 
         # Raw SQL through Bob's store cannot reach Alice's rows either.
         async def tamper(conn):
@@ -174,7 +214,7 @@ async def test_isolated_users_read_and_write_only_their_own_rows(
                 )
             )
         texts = {r[0] for r in rows(pg_url, "SELECT text FROM chunks")}  # the administrator
-        assert "alice's locker code is 4711" in texts and "owned" in texts
+        assert "alice's locker code is 4712" in texts and "owned" in texts
         scopes = dict(rows(pg_url, "SELECT scope, count(*) FROM documents GROUP BY scope"))
         assert scopes == {alice_role: 3, bob_role: 3}
     finally:
@@ -194,7 +234,11 @@ def test_migrate_moves_a_sqlite_store_with_its_vectors(tmp_path: Path, pg_url: s
 
     async def fill_and_search() -> list[tuple]:
         async with await AsyncMemory.open(lite) as memory:
-            await memory.remember("the standup moved to 9:30", tags=("team",))
+            saved = await memory.remember("the standup moved to 9:30", tags=("team",))
+            doc_id = saved.document_id
+            [chunk] = await memory.store.read(lambda c: readers.neighbours(c, doc_id, 0, 0))
+            # An edit leaves a version in chunk_history, which moves across too.
+            await memory.update(chunk.id, MemoryEdit(importance=0.8))
             await memory.add_text(
                 "# Plan\n\nThe database migration plan has three steps.\n\n# Risks\n\n"
                 "We saw ERR_CONN_RESET from upstream during the dry run.",
@@ -210,6 +254,9 @@ def test_migrate_moves_a_sqlite_store_with_its_vectors(tmp_path: Path, pg_url: s
             return [await top(memory, q) for q in queries]
 
     before = asyncio.run(fill_and_search())
+    origins_sql = "SELECT origin, count(*) FROM links GROUP BY origin ORDER BY origin"
+    with closing(connect(lite.store_path, readonly=True)) as conn:
+        origins = [tuple(r) for r in conn.execute(origins_sql)]
     result = CliRunner().invoke(
         cli,
         [
@@ -226,7 +273,7 @@ def test_migrate_moves_a_sqlite_store_with_its_vectors(tmp_path: Path, pg_url: s
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["counts"]["chunks"] == report["counts"]["chunks_vec"] > 3
-    assert report["counts"]["documents"] == 3
+    assert report["counts"]["documents"] == 3 and report["counts"]["chunk_history"] == 1
     assert "postgres:" not in report["to"] or "********" in report["to"]
 
     async def search_migrated() -> tuple[list[tuple], list]:
@@ -234,10 +281,13 @@ def test_migrate_moves_a_sqlite_store_with_its_vectors(tmp_path: Path, pg_url: s
             parents = await memory.store.read(
                 lambda c: c.fetchall("SELECT count(*) FROM chunks WHERE parent_id IS NOT NULL")
             )
+            moved = await memory.store.read(lambda c: c.fetchall(origins_sql))
             await memory.remember("a memory written after the move")  # ids keep counting
-            return [await top(memory, q) for q in queries], parents
+            return [await top(memory, q) for q in queries], parents, moved
 
-    after, parents = asyncio.run(search_migrated())
+    after, parents, moved = asyncio.run(search_migrated())
+    # Links keep where they came from (auto structure links vs user links).
+    assert [tuple(r) for r in moved] == origins and ("auto",) == tuple(r[0] for r in origins)
     assert after == before
     assert parents[0][0] > 0  # conversation rounds keep their session parents
 

@@ -1,5 +1,6 @@
-"""The reindex staging table on real SQLite: staging, cascade on delete, the swap (with the
-vector cascade's tables), cancel, and what `check` / `repair` make of a reindex in progress."""
+"""The reindex staging table on real SQLite and PostgreSQL: staging, cascade on delete, the swap
+(with SQLite's vector cascade tables), cancel, and what `check` / `repair` make of a reindex in
+progress."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import pytest
 
 from recalld.embeddings.base import HashEmbedder
 from recalld.errors import ReindexError
-from recalld.storage import check, readers, reindex, repair, schema
+from recalld.storage import check, readers, reindex, repair, schema, writer
+from recalld.storage.backend import is_url
 from recalld.storage.connection import connect
 from recalld.storage.store import Store, stored_model
-from recalld.types import Filters
+from recalld.types import ChunkDraft, Filters
 from tests.storage.conftest import put
 
 NEW = HashEmbedder(32)
@@ -49,7 +51,10 @@ async def test_stage_swap_and_the_cascade_tables(store: Store) -> None:
     count = await store.write(lambda c: reindex.swap(c, state))
     assert count == 20
     store.end_switch(state.model_id, state.dimension)
-    assert store.vectors.dimension == 32 and store.model_version == 1
+    postgres = is_url(store.path)
+    assert store.model_version == 1 and store.dimension == 32
+    if not postgres:
+        assert store.vectors.dimension == 32
     meta = await store.read(lambda c: readers.fetchall(c, "SELECT key, value FROM meta"))
     assert {"model_id": "hash-32", "dimension": "32", "model_spec": "hash:32"}.items() <= dict(
         (str(k), str(v)) for k, v in meta
@@ -61,7 +66,14 @@ async def test_stage_swap_and_the_cascade_tables(store: Store) -> None:
     assert texts[hits[0][0]].text == "beta note 7" and hits[0][1] == pytest.approx(0, abs=1e-5)
     report = await asyncio.to_thread(check.check_store, store.path)
     assert report["ok"], report
-    assert await asyncio.to_thread(stored_model, store.path) == ("hash:32", "hash-32", 32)
+    if not postgres:  # a SQLite file's model is read without opening the store
+        assert await asyncio.to_thread(stored_model, store.path) == ("hash:32", "hash-32", 32)
+    # New chunks after the swap go in at the new dimension.
+    doc = writer.NewDocument("/b.md", "text", "markdown", "hb")
+    chunk = writer.NewChunk(ChunkDraft(text="gamma", key="k0"), 1, NEW.embed(["gamma"])[0])
+    await store.write(lambda c: writer.replace_document(c, doc, [chunk]))
+    hits = await store.read(lambda c: readers.knn(c, NEW.embed(["gamma"])[0], 1, Filters()))
+    assert hits[0][1] == pytest.approx(0, abs=1e-5)
 
 
 async def test_stage_refuses_after_cancel_and_cancel_empties(store: Store) -> None:
@@ -85,7 +97,9 @@ async def test_check_reports_a_reindex_and_repair_drops_only_bad_rows(store: Sto
     [entry] = [c for c in report["checks"] if c["name"] == "reindex"]
     assert "in progress to hash-32 (32 dims): 6/12 staged" in entry["detail"]
     # A vector of the wrong size (e.g. written by a bug or another model): flagged, repaired.
-    bad = np.zeros(64, dtype=np.float32).tobytes()
+    # (PostgreSQL stages `halfvec` values, SQLite float32 blobs.)
+    zeros = np.zeros(64, dtype=np.float32)
+    bad = zeros if is_url(store.path) else zeros.tobytes()
     await store.write(
         lambda c: c.execute(
             "UPDATE reindex_vectors SET embedding = ? WHERE chunk_id = ?", (bad, rows[0][0])
@@ -98,9 +112,7 @@ async def test_check_reports_a_reindex_and_repair_drops_only_bad_rows(store: Sto
     assert await store.read(reindex.progress) == (5, 12)  # the sound rows stay
     # Staged rows with no reindex recorded: flagged and dropped.
     await store.write(
-        lambda c: c.executemany(
-            "DELETE FROM meta WHERE key = ?", [(k,) for k in reindex.STATE_KEYS]
-        )
+        lambda c: c.execute("DELETE FROM meta WHERE key IN (?, ?, ?, ?)", tuple(reindex.STATE_KEYS))
     )
     report = await asyncio.to_thread(check.check_store, store.path)
     assert check.failed(report) == {"reindex"}

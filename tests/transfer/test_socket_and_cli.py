@@ -1,5 +1,5 @@
 """`export` and `import` over the socket (streamed in progress notifications) and from the
-command line, through the daemon and `--offline`."""
+command line, through the daemon (on SQLite and PostgreSQL) and `--offline`."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from recalld.client import Client
 from recalld.daemon import transfer
 from recalld.errors import NotFoundError, ParseError, ProtocolError
 from tests.pipeline.conftest import Running, daemon_env, start, stop
+from tests.transfer.conftest import StoreEnv
 
 MEMORIES = [
     ("The spare key is under the blue stone", ["home"]),
@@ -26,7 +27,11 @@ MEMORIES = [
 
 
 async def test_export_streams_and_import_restores(
-    daemon: Running, tmp_path: Path, short_dir: Path, monkeypatch: pytest.MonkeyPatch
+    daemon: Running,
+    tmp_path: Path,
+    short_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    store_env: StoreEnv,
 ) -> None:
     # Small batches, so even this store goes out in several notifications.
     monkeypatch.setattr(transfer, "BATCH_BYTES", 300)
@@ -56,7 +61,7 @@ async def test_export_streams_and_import_restores(
     dump.write_text(out.getvalue())
     other_home = tmp_path / "other"
     other_home.mkdir()
-    env = daemon_env(other_home, short_dir / "o.sock")
+    env = daemon_env(other_home, short_dir / "o.sock", **store_env())
     server, task = await start(env)
     try:
         target = Running(server, task, short_dir / "o.sock", other_home, env)

@@ -48,7 +48,8 @@ def status(client: Client, as_json: bool) -> None:
                 (
                     "version",
                     f"recalld {info['version']}, protocol {info['protocol_version']}, "
-                    f"schema {info['schema_version']}",
+                    f"schema {info['schema_version']}"
+                    + (f" ({info['backend']})" if info.get("backend") else ""),
                 ),
                 ("model", f"{info['model']} ({info['dimension']} dims)"),
                 *_reindex_row(info.get("reindex")),

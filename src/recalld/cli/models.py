@@ -25,7 +25,7 @@ def _offline_models(config_file: Path | None, sets: tuple[str, ...]) -> dict[str
     from recalld.storage.store import stored_meta
 
     settings = load(config_file, sets).settings
-    meta = stored_meta(settings.store_path) or {}
+    meta = stored_meta(settings.store_location) or {}
     state = reindex.state_from_meta(meta)
     target = state.as_dict() if state else None
     spec = meta.get(reindex.SPEC_KEY)

@@ -53,7 +53,7 @@ def _export_offline(loaded: LoadedSettings, write: Callable[[str], object], vect
 
     last, count = "", 0
     for line in export_lines(
-        loaded.settings.store_path, vectors=vectors, recalld_version=__version__
+        loaded.settings.store_location, vectors=vectors, recalld_version=__version__
     ):
         write(line + "\n")
         last, count = line, count + 1

@@ -30,7 +30,6 @@ from recalld.errors import NotFoundError, RecalldError
 from recalld.ingest.watcher import SOURCE_KINDS
 from recalld.retrieval.search import MODES
 from recalld.storage import check, readers, repair
-from recalld.storage.schema import SCHEMA_VERSION
 from recalld.types import MEMORY_TYPES, Chunk, Hit
 
 if TYPE_CHECKING:
@@ -280,7 +279,8 @@ async def status(ctx: Context, params: Params, progress: Progress) -> Any:
         "state": "ready",
         "version": __version__,
         "protocol_version": protocol.PROTOCOL_VERSION,
-        "schema_version": SCHEMA_VERSION,
+        "backend": memory.store.backend,
+        "schema_version": memory.store.schema_version,
         "model": memory.embedder.model_id,
         "dimension": memory.embedder.dimension,
         "pid": os.getpid(),

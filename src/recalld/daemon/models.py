@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from recalld.daemon.params import Params
 from recalld.embeddings import catalog
 from recalld.errors import ReindexError
+from recalld.storage import readers
 
 if TYPE_CHECKING:
     from recalld.daemon.methods import Context
@@ -44,9 +45,8 @@ async def models_list(ctx: Context, params: Params, progress: Progress) -> Any:
 
 
 async def _spec(conn: Any) -> str | None:
-    async with conn.execute("SELECT value FROM meta WHERE key = 'model_spec'") as cursor:
-        row = await cursor.fetchone()
-    return str(row[0]) if row else None
+    rows = await readers.fetchall(conn, "SELECT value FROM meta WHERE key = 'model_spec'")
+    return str(rows[0][0]) if rows else None
 
 
 async def reindex(ctx: Context, params: Params, progress: Progress) -> Any:

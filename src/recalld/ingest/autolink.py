@@ -55,27 +55,6 @@ class _Candidate:
     similarity: float
 
 
-async def _granularity_vectors(
-    conn: Any, granularity: str, document_id: int | None
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]] | None:
-    """The stored vectors of one granularity outside a document, when there are at most
-    `EXACT_BELOW` of them (None: more, use the store's KNN)."""
-    rows = await readers.fetchall(
-        conn, "SELECT count(*) FROM chunks WHERE granularity = ?", (granularity,)
-    )
-    if int(rows[0][0]) > EXACT_BELOW:
-        return None
-    rows = await readers.fetchall(
-        conn,
-        "SELECT c.id, f.embedding FROM chunks c JOIN vector_floats f ON f.chunk_id = c.id "
-        "WHERE c.granularity = ? AND c.document_id IS NOT ?",
-        (granularity, document_id),
-    )
-    ids = np.array([int(r[0]) for r in rows], dtype=np.int64)
-    matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
-    return ids, matrix.reshape(len(rows), -1) if rows else matrix.reshape(0, 0)
-
-
 def _top_k(
     query: npt.NDArray[np.float32],
     ids: npt.NDArray[np.int64],
@@ -192,7 +171,7 @@ class AutoLinker:
                 return {i: [] for i in picked}
             for gran in sorted({drafts[i].granularity for i in picked}):
                 rows = [i for i in picked if drafts[i].granularity == gran]
-                stored = await _granularity_vectors(conn, gran, document_id)
+                stored = await readers.granularity_vectors(conn, gran, document_id, EXACT_BELOW)
                 if stored is not None:
                     # Few enough to compare all at once: one matrix product, no KNN per chunk.
                     query = np.stack([np.asarray(vectors[i], dtype=np.float32) for i in rows])

@@ -139,6 +139,20 @@ def _reindex_check(conn: Any, chunks: int) -> dict[str, Any]:
         "SELECT count(*) FROM reindex_vectors r WHERE NOT EXISTS "
         "(SELECT 1 FROM chunks c WHERE c.id = r.chunk_id)",
     )
+    bad = 0
+    if state is not None:
+        bad = _scalar(
+            conn,
+            "SELECT count(*) FROM reindex_vectors WHERE length(embedding) != ?",
+            (4 * state.dimension,),
+        )
+    return reindex_result(state, staged, chunks, orphans, bad)
+
+
+def reindex_result(
+    state: reindex.ReindexState | None, staged: int, chunks: int, orphans: int, bad: int
+) -> dict[str, Any]:
+    """The `reindex` check from its counts (shared with the PostgreSQL check)."""
     if state is None:
         return _result(
             "reindex",
@@ -147,11 +161,6 @@ def _reindex_check(conn: Any, chunks: int) -> dict[str, Any]:
             if staged
             else "no reindex in progress",
         )
-    bad = _scalar(
-        conn,
-        "SELECT count(*) FROM reindex_vectors WHERE length(embedding) != ?",
-        (4 * state.dimension,),
-    )
     detail = f"in progress to {state.model_id} ({state.dimension} dims): {staged}/{chunks} staged"
     if orphans or bad:
         detail += (

@@ -17,6 +17,7 @@ from typing import Any
 
 from recalld.errors import SchemaTooNewError, StoreError
 from recalld.storage import portable
+from recalld.storage.backend import is_url
 from recalld.storage.connection import DatabaseError, connect
 from recalld.storage.schema import SCHEMA_VERSION, schema_version
 
@@ -37,11 +38,13 @@ def _select(table: portable.Table, alias: str) -> str:
     return ", ".join(f'{alias}."{c}"' for c in table.columns)
 
 
-def export_lines(path: Path, *, vectors: bool, recalld_version: str) -> Generator[str, None, None]:
+def export_lines(
+    path: Path | str, *, vectors: bool, recalld_version: str
+) -> Generator[str, None, None]:
     """The store at `path` as export lines (without newlines): header, rows, footer.
 
     Args:
-        path: The store file.
+        path: The store file, or a PostgreSQL store's URL (`storage.pg.exporter`).
         vectors: Include each chunk's vector (base64 float32).
         recalld_version: Stamped in the header.
 
@@ -49,6 +52,14 @@ def export_lines(path: Path, *, vectors: bool, recalld_version: str) -> Generato
         StoreError: No store at `path`, or it cannot be read.
         SchemaTooNewError: The store comes from a newer recalld.
     """
+    if is_url(path):
+        from recalld.storage.pg.exporter import export_lines as export_postgres
+
+        yield from export_postgres(
+            getattr(path, "url", str(path)), vectors=vectors, recalld_version=recalld_version
+        )
+        return
+    path = Path(path)
     if not path.exists():
         raise StoreError(
             f"no store at {path}; nothing to export", data={"path": str(path), "reason": "missing"}

@@ -16,6 +16,7 @@ from typing import Any
 
 from recalld.errors import NotFoundError, ParseError
 from recalld.storage import portable
+from recalld.storage.backend import is_url
 from recalld.storage.connection import connect
 
 
@@ -66,8 +67,15 @@ def _error(path: Path, line: int, why: str) -> ParseError:
     )
 
 
-def target_tables(store_path: Path) -> dict[str, portable.Table]:
-    """The tables of the store that imports (blocking)."""
+def target_tables(store_path: Path | str) -> dict[str, portable.Table]:
+    """The tables of the store that imports (blocking); a PostgreSQL store's from its catalog."""
+    if is_url(store_path):
+        import psycopg
+
+        from recalld.storage.pg.exporter import discover
+
+        with psycopg.connect(getattr(store_path, "url", str(store_path))) as pg:
+            return {t.name: t for t in discover(pg)}
     conn = connect(store_path, readonly=True)
     try:
         return {t.name: t for t in portable.discover(conn)}
@@ -75,7 +83,7 @@ def target_tables(store_path: Path) -> dict[str, portable.Table]:
         conn.close()
 
 
-def plan_import(path: Path, store_path: Path, model_id: str, dimension: int) -> Plan:
+def plan_import(path: Path, store_path: Path | str, model_id: str, dimension: int) -> Plan:
     """Check the whole file against the target store.
 
     Args:

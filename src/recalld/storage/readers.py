@@ -171,6 +171,7 @@ async def fts(conn: Any, expression: str, k: int, filters: Filters) -> list[tupl
     return [(int(r[0]), -float(r[1])) for r in rows]
 
 
+@routed
 async def latest_event_time(conn: Any, filters: Filters) -> float | None:
     """The latest chunk event time among chunks matching `filters` (time bounds ignored):
     "now" for the relative time expressions of a question about that scope."""
@@ -186,6 +187,26 @@ async def latest_event_time(conn: Any, filters: Filters) -> float | None:
             params,
         )
     return None if not rows or rows[0][0] is None else float(rows[0][0])
+
+
+@routed
+async def granularity_vectors(
+    conn: Any, granularity: str, document_id: int | None, at_most: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]] | None:
+    """The stored vectors of one granularity outside a document as `(ids, matrix)`, when there
+    are at most `at_most` chunks of it (None: more; use `knn`)."""
+    rows = await fetchall(conn, "SELECT count(*) FROM chunks WHERE granularity = ?", (granularity,))
+    if int(rows[0][0]) > at_most:
+        return None
+    rows = await fetchall(
+        conn,
+        "SELECT c.id, f.embedding FROM chunks c JOIN vector_floats f ON f.chunk_id = c.id "
+        "WHERE c.granularity = ? AND c.document_id IS NOT ?",
+        (granularity, document_id),
+    )
+    ids = np.array([int(r[0]) for r in rows], dtype=np.int64)
+    matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
+    return ids, matrix.reshape(len(rows), -1) if rows else matrix.reshape(0, 0)
 
 
 @routed

@@ -325,10 +325,14 @@ async def check_and_repair(
     postgres = is_url(store.path)
     if problems and postgres:
         # The repairs below are SQLite's (FTS5 rebuild, vec0 rows); PostgreSQL's constraints
-        # prevent most of these problems, and what remains is reported, not guessed at.
+        # prevent most of these problems, and what remains is reported, not guessed at, except
+        # unusable staged vectors of a reindex, which are dropped as on SQLite.
+        if "reindex" in problems:
+            dropped = await store.write(reindex.drop_stray)
+            done.did("reindex_rows_dropped", dropped, "bad staged vectors")
         done.unrepaired += [
             {"name": name, "detail": "repair on PostgreSQL is not built yet"}
-            for name in sorted(problems)
+            for name in sorted(problems - {"reindex"})
         ]
     elif problems:
         done = await repair_store(store, embed, problems)
@@ -341,7 +345,7 @@ async def check_and_repair(
                 await forget(source)  # the file is gone: so is its document
         except RecalldError as exc:
             done.unrepaired.append({"name": "partial_documents", "detail": exc.message})
-    repaired = problems and not postgres
+    repaired = problems and (not postgres or "reindex" in problems)
     after = await asyncio.to_thread(check.check_store, store.path) if repaired else before
     return {
         **after,

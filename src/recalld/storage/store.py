@@ -64,7 +64,7 @@ def _record_spec(conn: Any, spec: str | None) -> None:
 
 
 def _mismatch(
-    path: Path, stored: dict[str, str], model_id: str, dimension: int
+    path: Path | str, stored: dict[str, str], model_id: str, dimension: int
 ) -> ModelMismatchError:
     spec = stored.get(reindex.SPEC_KEY)
     named = f"embed.model = {spec!r}" if spec else "embed.model back to the store's model"
@@ -84,9 +84,14 @@ def _mismatch(
     )
 
 
-def stored_meta(path: Path) -> dict[str, str] | None:
+def stored_meta(path: Path | str) -> dict[str, str] | None:
     """The `meta` table of the store at `path` (model, dimension, spec, reindex state), or
     None when there is no store yet. Blocking; run in a thread."""
+    if is_url(path):
+        from recalld.storage.pg.store import stored_meta as stored_meta_url
+
+        return stored_meta_url(getattr(path, "url", str(path)))
+    path = Path(path)
     if not path.exists():
         return None
     try:
@@ -101,7 +106,7 @@ def stored_meta(path: Path) -> dict[str, str] | None:
         conn.close()
 
 
-def stored_model(path: Path) -> tuple[str | None, str, int] | None:
+def stored_model(path: Path | str) -> tuple[str | None, str, int] | None:
     """`(spec, model_id, dimension)` recorded in the store at `path`, or None (no store or
     no model stamped yet). Blocking; run in a thread."""
     meta = stored_meta(path)
@@ -129,7 +134,13 @@ class Store:
         path: The SQLite file.
         model_id: The embedding model the store's vectors come from.
         dimension: Their length.
+        backend: "sqlite" here, "postgresql" for `storage.pg.store.PgStore`.
+        schema_version: The newest schema of this backend (each has its own migrations),
+            which every open store is migrated to.
     """
+
+    backend = "sqlite"
+    schema_version = schema.SCHEMA_VERSION
 
     def __init__(
         self,
@@ -200,6 +211,7 @@ class Store:
                 query_timeout_ms=query_timeout_ms,
                 isolate_users=isolate_users,
                 vector_index=vector_index,
+                model_spec=model_spec,
             )
         path = Path(path)
         await asyncio.to_thread(_prepare, path, model_id, dimension, model_spec)

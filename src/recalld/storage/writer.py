@@ -191,6 +191,7 @@ async def replace_document(
     return doc_id
 
 
+@routed
 async def insert_vectors(
     conn: Any, rows: Sequence[tuple[int, npt.NDArray[np.float32], str, str]]
 ) -> None:
@@ -268,6 +269,7 @@ async def clear_errors(conn: Any, source: str) -> None:
     await conn.execute("DELETE FROM errors WHERE source = ?", (source,))
 
 
+@routed
 async def reset_usage(conn: Any, *, created_at: float | None = None) -> None:
     """Clear every chunk's use counters, and back-date creation when `created_at` is given.
 

@@ -14,7 +14,8 @@ from typing import Any
 import psycopg
 
 from recalld.errors import StoreError
-from recalld.storage.check import ZERO_CHECKS, _report, _result
+from recalld.storage import reindex
+from recalld.storage.check import ZERO_CHECKS, _report, _result, reindex_result
 from recalld.storage.pg.store import redact
 
 # The SQLite checks whose SQL is plain SQL on the same tables; FTS rows are the chunks' tsv.
@@ -79,6 +80,17 @@ def check_store(url: str) -> dict[str, Any]:
                     f"meta says {stored} dimensions, the vector column holds {actual}",
                 )
             )
+            # Staged rows go with their chunk (foreign key), so none can be orphaned here.
+            meta = {str(k): str(v) for k, v in conn.execute("SELECT key, value FROM meta")}
+            state = reindex.state_from_meta(meta)
+            bad = 0
+            if state is not None:
+                bad = scalar(
+                    "SELECT count(*) FROM reindex_vectors "
+                    f"WHERE vector_dims(embedding) <> {int(state.dimension)}"
+                )
+            staged = scalar("SELECT count(*) FROM reindex_vectors")
+            checks.append(reindex_result(state, staged, counts["chunks"], 0, bad))
     except psycopg.Error as exc:
         raise StoreError(f"cannot check store {shown}: {exc}") from exc
     return _report(shown, counts, checks, started)  # type: ignore[arg-type]

@@ -22,6 +22,7 @@ from recalld.errors import StoreError
 from recalld.storage.connection import connect
 from recalld.storage.pg.handle import PgConn
 from recalld.storage.pg.store import PgStore
+from recalld.storage.reindex import SPEC_KEY
 from recalld.storage.store import Store
 
 logger = logging.getLogger(__name__)
@@ -38,9 +39,13 @@ _CHUNKS = (
     "memory_type, importance, event_time, created_at, access_count, last_accessed_at, "
     "retrieval_count, last_retrieved_at, status, meta"
 )
-_LINKS = "src, dst, relation, weight, created_at"
+_LINKS = "src, dst, relation, weight, created_at, origin"
 _ERRORS = "id, source, error_type, message, at"
-TABLES = ("documents", "chunks", "chunks_vec", "links", "errors")
+_HISTORY = (
+    "id, chunk_id, version, text, tags, memory_type, importance, event_time, valid_from, "
+    "replaced_at"
+)
+TABLES = ("documents", "chunks", "chunks_vec", "links", "errors", "chunk_history")
 
 
 def _placeholders(columns: str) -> str:
@@ -93,6 +98,7 @@ async def migrate(
             dimension=dimension,
             isolate_users=isolate_users,
             vector_index=vector_index,
+            model_spec=meta.get(SPEC_KEY),
         )
         assert isinstance(store, PgStore)
         try:
@@ -177,6 +183,11 @@ async def _copy(lite: Any, store: PgStore, dimension: int, progress: Progress) -
             f"SELECT {_ERRORS} FROM errors ORDER BY id",
             f"INSERT INTO errors ({_ERRORS}) VALUES ({_placeholders(_ERRORS)})",
         ),
+        (
+            "chunk_history",
+            f"SELECT {_HISTORY} FROM chunk_history ORDER BY id",
+            f"INSERT INTO chunk_history ({_HISTORY}) VALUES ({_placeholders(_HISTORY)})",
+        ),
     ]
     for table, select, insert in steps:
         done = 0
@@ -204,7 +215,7 @@ async def _copy(lite: Any, store: PgStore, dimension: int, progress: Progress) -
         progress("vectors", done)
 
     async def advance(conn: PgConn) -> None:
-        for table in ("documents", "chunks", "errors"):
+        for table in ("documents", "chunks", "errors", "chunk_history"):
             await conn.run(
                 f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
                 f"(SELECT coalesce(max(id), 0) + 1 FROM {table}), false)"

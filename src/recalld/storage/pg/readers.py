@@ -14,6 +14,7 @@ rare terms and repeated terms count more — on a different scale. Fusion only u
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Sequence
@@ -168,6 +169,37 @@ async def fts(conn: PgConn, expression: str, k: int, filters: Filters) -> list[t
         [terms, *params, k],
     )
     return [(int(r[0]), float(r[1])) for r in rows]
+
+
+async def latest_event_time(conn: PgConn, filters: Filters) -> float | None:
+    """The latest chunk event time among chunks matching `filters` (time bounds ignored)."""
+    scope = dataclasses.replace(filters, since=None, until=None)
+    where, params = filter_sql(scope)
+    rows = await conn.fetch(
+        "SELECT max(c.event_time) FROM chunks c JOIN documents d ON d.id = c.document_id "
+        f"WHERE {where}",
+        params,
+    )
+    return None if not rows or rows[0][0] is None else float(rows[0][0])
+
+
+async def granularity_vectors(
+    conn: PgConn, granularity: str, document_id: int | None, at_most: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]] | None:
+    """The stored vectors of one granularity outside a document as `(ids, matrix)`, when there
+    are at most `at_most` chunks of it (None: more; use `knn`)."""
+    rows = await conn.fetch("SELECT count(*) FROM chunks WHERE granularity = %s", [granularity])
+    if int(rows[0][0]) > at_most:
+        return None
+    rows = await conn.fetch(
+        "SELECT c.id, v.embedding::real[] FROM chunks c JOIN chunks_vec v ON v.chunk_id = c.id "
+        "WHERE c.granularity = %s AND c.document_id IS DISTINCT FROM %s::bigint",
+        [granularity, document_id],
+    )
+    ids = np.array([int(r[0]) for r in rows], dtype=np.int64)
+    if not rows:
+        return ids, np.zeros((0, 0), dtype=np.float32)
+    return ids, np.asarray([r[1] for r in rows], dtype=np.float32)
 
 
 async def document_frequency(conn: PgConn, expression: str) -> int:

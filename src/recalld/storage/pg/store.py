@@ -24,6 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 from recalld.errors import ModelMismatchError, QueryError, StoreError
 from recalld.storage.pg import schema
 from recalld.storage.pg.handle import PgConn, Writer, register_vector
+from recalld.storage.reindex import SPEC_KEY
 from recalld.storage.store import Store
 
 logger = logging.getLogger(__name__)
@@ -57,12 +58,22 @@ def redact(url: str) -> str:
     return f"postgresql://{user}@{host}/{info.get('dbname', '')}"
 
 
+def _mismatch(
+    url: str, stored: dict[str, str], model_id: str, dimension: int
+) -> ModelMismatchError:
+    # The SQLite store's message (`storage.store._mismatch`), naming the database.
+    from recalld.storage.store import _mismatch as sqlite_mismatch
+
+    return sqlite_mismatch(redact(url), stored, model_id, dimension)
+
+
 async def _prepare(
     conn: psycopg.AsyncConnection[Any],
     model_id: str,
     dimension: int,
     isolate: bool,
     vector_index: str,
+    model_spec: str | None,
 ) -> dict[str, str]:
     """Migrate, then stamp or check the embedding model and the isolation mode."""
     await schema.migrate(conn)
@@ -77,6 +88,8 @@ async def _prepare(
                 "isolate_users": "1" if isolate else "0",
                 "vector_index": vector_index,
             }
+            if model_spec is not None:
+                stamp[SPEC_KEY] = model_spec
             await conn.cursor().executemany(
                 "INSERT INTO meta (key, value) VALUES (%s, %s)", list(stamp.items())
             )
@@ -84,19 +97,30 @@ async def _prepare(
             if isolate:
                 await schema.isolate_users(conn)
             stored.update(stamp)
+        elif (
+            model_spec is not None and SPEC_KEY not in stored and stored.get("isolate_users") != "1"
+        ):
+            # A store made before specs were recorded learns its own (as SQLite's do).
+            if stored["model_id"] == model_id and int(stored["dimension"]) == dimension:
+                await conn.execute(
+                    "INSERT INTO meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
+                    (SPEC_KEY, model_spec),
+                )
     if stored["model_id"] != model_id or int(stored["dimension"]) != dimension:
-        raise ModelMismatchError(
-            f"this database was embedded with {stored['model_id']} ({stored['dimension']} dims) "
-            f"but recalld is configured for {model_id} ({dimension} dims); set embed.model "
-            "back, or re-embed into a new database",
-            data={
-                "stored_model": stored["model_id"],
-                "stored_dimension": int(stored["dimension"]),
-                "model": model_id,
-                "dimension": dimension,
-            },
-        )
+        raise _mismatch(conn.info.dsn, stored, model_id, dimension)
     return stored
+
+
+def stored_meta(url: str) -> dict[str, str] | None:
+    """The `meta` table of the database at `url`, or None when it cannot be read (no store
+    there yet, or no server). Blocking; run in a thread."""
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            if not conn.execute("SELECT to_regclass('meta') IS NOT NULL").fetchone()[0]:  # type: ignore[index]
+                return None
+            return {str(k): str(v) for k, v in conn.execute("SELECT key, value FROM meta")}
+    except psycopg.Error:
+        return None
 
 
 class PgStore(Store):
@@ -111,6 +135,9 @@ class PgStore(Store):
         isolated: Whether rows are scoped to database roles (row-level security).
         identity: Who writes through this store.
     """
+
+    backend = "postgresql"
+    schema_version = schema.SCHEMA_VERSION
 
     def __init__(
         self,
@@ -155,6 +182,7 @@ class PgStore(Store):
         query_timeout_ms: int = 5000,
         isolate_users: bool = False,
         vector_index: str = "hnsw",
+        model_spec: str | None = None,
     ) -> PgStore:
         """Open (creating or migrating) the store in the database at `url`.
 
@@ -167,7 +195,9 @@ class PgStore(Store):
             raise StoreError(f"store.vector_index must be one of {schema.VECTOR_INDEXES}")
         try:
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-                stored = await _prepare(conn, model_id, dimension, isolate_users, vector_index)
+                stored = await _prepare(
+                    conn, model_id, dimension, isolate_users, vector_index, model_spec
+                )
                 cursor = await conn.execute("SELECT current_user")
                 row = await cursor.fetchone()
                 role = str(row[0]) if row else ""

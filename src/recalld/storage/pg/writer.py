@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from recalld.storage.pg import links
 from recalld.storage.pg.handle import PgConn
 from recalld.storage.writer import NewChunk, NewDocument, chunk_hash
 
@@ -39,6 +40,9 @@ async def replace_document(
     conn: PgConn, doc: NewDocument, chunks: Sequence[NewChunk], *, structure_links: bool = True
 ) -> int:
     """Replace a document and its chunks in the caller's transaction.
+
+    With `structure_links`, the document's `parent` and `temporal` links are made too; the
+    chunks' auto links (`ingest.autolink`) are written in the same transaction.
 
     Returns:
         The document id.
@@ -98,7 +102,7 @@ async def replace_document(
                 json.dumps(list(draft.tags)),
                 draft.memory_type,
                 draft.importance,
-                draft.event_time,
+                draft.event_time if draft.event_time is not None else doc.event_time,
                 now,
                 json.dumps(draft.meta, ensure_ascii=False, default=str),
             )
@@ -124,11 +128,18 @@ async def replace_document(
             embedded.append((chunk_id, vector, draft.kind, draft.granularity))
         if draft.parent_key is not None and draft.parent_key in ids_by_key:
             parents.append((ids_by_key[draft.parent_key], chunk_id))
-    await conn.run_many(
-        "INSERT INTO chunks_vec (chunk_id, embedding, kind, granularity) VALUES (%s, %s, %s, %s)",
-        embedded,
-    )
+    await insert_vectors(conn, embedded)
     await conn.run_many("UPDATE chunks SET parent_id = %s WHERE id = %s", parents)
+    # Links in the same transaction, so a search never sees a document without them (issue 8).
+    if structure_links:
+        await links.rebuild_structure(conn, doc_id)
+    found: list[tuple[int, int, str, float]] = []
+    for chunk in chunks:
+        for relation, target, weight in chunk.links:
+            dst = ids_by_key.get(target) if isinstance(target, str) else target
+            if dst is not None:
+                found.append((ids_by_key[chunk.draft.key], dst, relation, weight))
+    await links.add(conn, found, origin="auto")
     await conn.run(
         "UPDATE documents SET state = 'complete', chunk_count = %s, updated_at = %s WHERE id = %s",
         [len(chunks), now, doc_id],
@@ -136,11 +147,23 @@ async def replace_document(
     return doc_id
 
 
+async def insert_vectors(conn: PgConn, rows: Sequence[tuple[Any, ...]]) -> None:
+    """Store the vectors of new chunks `(chunk_id, vector, kind, granularity)` in the caller's
+    transaction."""
+    await conn.run_many(
+        "INSERT INTO chunks_vec (chunk_id, embedding, kind, granularity) VALUES (%s, %s, %s, %s)",
+        [(cid, np.ascontiguousarray(v, dtype=np.float32), k, g) for cid, v, k, g in rows],
+    )
+
+
 async def delete_chunks(conn: PgConn, chunk_ids: Iterable[int]) -> None:
-    """Delete chunks; their vectors and links go with them by cascade."""
+    """Delete chunks; their vectors, links and history go with them by cascade."""
     ids = list(chunk_ids)
     if ids:
+        # What the deleted chunks superseded becomes active again (unless something else holds it).
+        targets = await links.status_targets(conn, ids)
         await conn.run("DELETE FROM chunks WHERE id = ANY(%s)", [ids])
+        await links.refresh_status(conn, targets)
 
 
 async def delete_document(conn: PgConn, source: str) -> bool:
@@ -149,7 +172,9 @@ async def delete_document(conn: PgConn, source: str) -> bool:
     doc_id = await _document_id(conn, source)
     if doc_id is None:
         return False
-    await conn.run("DELETE FROM documents WHERE id = %s", [doc_id])  # chunks cascade
+    rows = await conn.fetch("SELECT id FROM chunks WHERE document_id = %s", [doc_id])
+    await delete_chunks(conn, [int(r[0]) for r in rows])
+    await conn.run("DELETE FROM documents WHERE id = %s", [doc_id])
     return True
 
 
@@ -189,4 +214,14 @@ async def count_use(conn: PgConn, chunk_ids: Sequence[int], *, retrieval: bool) 
     await conn.run_many(
         f"UPDATE chunks SET {column}_count = {column}_count + 1, {last} = %s WHERE id = %s",
         [(now, cid) for cid in chunk_ids],
+    )
+
+
+async def reset_usage(conn: PgConn, *, created_at: float | None = None) -> None:
+    """Clear every chunk's use counters, and back-date creation when `created_at` is given
+    (benchmarks only, see `storage.writer.reset_usage`)."""
+    await conn.run(
+        "UPDATE chunks SET retrieval_count = 0, last_retrieved_at = NULL, access_count = 0, "
+        "last_accessed_at = NULL, created_at = coalesce(%s::float8, created_at)",
+        [created_at],
     )
