@@ -215,29 +215,25 @@ async def test_query_time_limit(location: Path | str):
     await s.close()
 
 
-async def test_a_cancelled_write_finishes_and_the_writer_stays_usable(tmp_path: Path):
-    store = await Store.open(tmp_path / "c.db", model_id=EMBEDDER.model_id, dimension=64)
-    try:
-        inside, release = asyncio.Event(), asyncio.Event()
-        doc = writer.NewDocument("slow.md", "text", "markdown", "h")
-        chunks = new_chunks(["slow write"])
+async def test_a_cancelled_write_finishes_and_the_writer_stays_usable(store: Store):
+    inside, release = asyncio.Event(), asyncio.Event()
+    doc = writer.NewDocument("slow.md", "text", "markdown", "h")
+    chunks = new_chunks(["slow write"])
 
-        async def slow(conn):
-            doc_id = await writer.replace_document(conn, doc, chunks)
-            inside.set()
-            await release.wait()
-            return doc_id
+    async def slow(conn):
+        doc_id = await writer.replace_document(conn, doc, chunks)
+        inside.set()
+        await release.wait()
+        return doc_id
 
-        caller = asyncio.create_task(store.write(slow))
-        await inside.wait()
-        caller.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await caller
-        release.set()
-        # The next write waits for the first to COMMIT instead of failing inside its
-        # transaction, and both documents are whole.
-        await put(store, "after.md", ["after the cancel"])
-        counts = await store.read(readers.counts)
-        assert counts["documents"] == 2 and counts["partial_documents"] == 0
-    finally:
-        await store.close()
+    caller = asyncio.create_task(store.write(slow))
+    await inside.wait()
+    caller.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await caller
+    release.set()
+    # The next write waits for the first to COMMIT instead of failing inside its
+    # transaction, and both documents are whole.
+    await put(store, "after.md", ["after the cancel"])
+    counts = await store.read(readers.counts)
+    assert counts["documents"] == 2 and counts["partial_documents"] == 0

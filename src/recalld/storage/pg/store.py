@@ -256,8 +256,9 @@ class PgStore(Store):
         async with self.reading() as conn:
             return await fn(conn)
 
-    async def write(self, fn: Callable[[Any], Awaitable[T]]) -> T:
-        """Run `fn(conn)` inside one transaction; it commits when `fn` returns."""
+    async def _transaction(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+        """Run `fn(conn)` inside one transaction; it commits when `fn` returns (`Store.write`
+        runs this, shielded from its caller's cancellation)."""
         async with self._write_lock, self._pool.connection() as conn:
             async with conn.transaction():
                 result = await fn(PgConn(conn, self.identity, self.dimension))
