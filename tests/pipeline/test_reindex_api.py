@@ -141,3 +141,24 @@ async def test_cancel_and_a_second_target_is_refused(
             await memory.reindexer.start("hash:64")
     finally:
         await memory.close()
+
+
+async def test_auto_links_of_vectors_from_a_model_switched_out_are_left_to_the_retry(
+    tmp_path: Path, store_env: dict[str, str]
+) -> None:
+    """Vectors embedded just before a swap meet stored vectors of the new model: the linker
+    must not compare the two (the ingest's write then embeds again with the new model)."""
+    from recalld.types import ChunkDraft
+
+    memory = await AsyncMemory.open(settings(tmp_path, "hash:64", store_env))
+    try:
+        await fill(memory, 3)
+        draft = ChunkDraft(text=text(99), kind="memory", granularity="memory", key="memory")
+        stale = HashEmbedder(32).embed([draft.text])[0]
+        assert await memory.ingestor.linker.links_for([draft], [stale], None) == [()]
+        # The same vector of the store's own model does find its near-duplicate.
+        current = HashEmbedder(64).embed([text(0)])[0]
+        [links] = await memory.ingestor.linker.links_for([draft], [current], None)
+        assert [relation for relation, _, _ in links] == ["similar"]
+    finally:
+        await memory.close()

@@ -121,6 +121,10 @@ class AutoLinker:
         if not self.settings.auto or not picked:
             return [tuple(links) for links in out]
         candidates = await self._stored(drafts, vectors, picked, document_id)
+        if candidates is None:
+            # A reindex switched models after these vectors were made: the ingest's write
+            # notices and embeds (and links) again with the new model.
+            return [tuple(links) for links in out]
         within = await asyncio.to_thread(self._within, drafts, vectors, picked)
         for i, found in within.items():
             candidates[i] += found
@@ -162,16 +166,22 @@ class AutoLinker:
         vectors: Sequence[npt.NDArray[np.float32] | None],
         picked: list[int],
         document_id: int | None,
-    ) -> dict[int, list[_Candidate]]:
-        """Each picked draft's nearest stored chunks of its granularity (other documents)."""
+    ) -> dict[int, list[_Candidate]] | None:
+        """Each picked draft's nearest stored chunks of its granularity (other documents);
+        None when the store's vectors are no longer of the new vectors' model."""
         k = self.settings.similar_k
+        dimension = len(np.asarray(vectors[picked[0]]))
         found: dict[int, list[tuple[int, float]]] = {}
         async with self.store.reading() as conn:
+            if self.store.dimension != dimension:
+                return None
             if await readers.chunk_total(conn) == 0:
                 return {i: [] for i in picked}
             for gran in sorted({drafts[i].granularity for i in picked}):
                 rows = [i for i in picked if drafts[i].granularity == gran]
                 stored = await readers.granularity_vectors(conn, gran, document_id, EXACT_BELOW)
+                if stored is not None and len(stored[0]) and stored[1].shape[-1] != dimension:
+                    return None
                 if stored is not None:
                     # Few enough to compare all at once: one matrix product, no KNN per chunk.
                     query = np.stack([np.asarray(vectors[i], dtype=np.float32) for i in rows])

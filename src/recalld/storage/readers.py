@@ -18,7 +18,7 @@ from recalld.storage import vectors
 from recalld.storage.backend import routed
 from recalld.types import Chunk, Document, Filters
 
-_CHUNK_COLUMNS = (
+CHUNK_COLUMNS = (
     "c.id, c.document_id, d.source, c.position, c.kind, c.granularity, c.key, c.parent_id, "
     "c.text, c.token_count, c.tags, c.memory_type, c.importance, c.event_time, c.created_at, "
     "c.access_count, c.last_accessed_at, c.retrieval_count, c.last_retrieved_at, c.status, c.meta"
@@ -32,16 +32,17 @@ async def fetchall(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]
         return list(await cursor.fetchall())
 
 
-def _row_to_chunk(row: Any) -> Chunk:
+def row_to_chunk(row: Any) -> Chunk:
+    """A `Chunk` from a row of `CHUNK_COLUMNS` (both backends)."""
     return Chunk(
-        id=row[0],
-        document_id=row[1],
+        id=int(row[0]),
+        document_id=int(row[1]),
         source=row[2],
         position=row[3],
         kind=row[4],
         granularity=row[5],
         key=row[6],
-        parent_id=row[7],
+        parent_id=None if row[7] is None else int(row[7]),
         text=row[8],
         token_count=row[9],
         tags=tuple(json.loads(row[10])),
@@ -58,9 +59,10 @@ def _row_to_chunk(row: Any) -> Chunk:
     )
 
 
-def _row_to_document(row: Any) -> Document:
+def row_to_document(row: Any) -> Document:
+    """A `Document` from a row of `DOCUMENT_COLUMNS` (both backends)."""
     return Document(
-        id=row[0],
+        id=int(row[0]),
         source=row[1],
         kind=row[2],
         content_hash=row[3],
@@ -69,11 +71,11 @@ def _row_to_document(row: Any) -> Document:
         created_at=row[6],
         updated_at=row[7],
         mtime=row[8],
-        size=row[9],
+        size=None if row[9] is None else int(row[9]),
     )
 
 
-_DOCUMENT_COLUMNS = (
+DOCUMENT_COLUMNS = (
     "id, source, kind, content_hash, state, chunk_count, created_at, updated_at, mtime, size"
 )
 
@@ -246,11 +248,11 @@ async def chunks_by_id(conn: Any, ids: Sequence[int]) -> dict[int, Chunk]:
         return {}
     rows = await fetchall(
         conn,
-        f"SELECT {_CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
+        f"SELECT {CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
         "WHERE c.id IN (SELECT value FROM json_each(?))",
         (json.dumps(list(ids)),),
     )
-    return {int(r[0]): _row_to_chunk(r) for r in rows}
+    return {int(r[0]): row_to_chunk(r) for r in rows}
 
 
 @routed
@@ -274,20 +276,20 @@ async def neighbours(conn: Any, document_id: int, position: int, window: int) ->
     """The chunks within `window` positions of `position` in a document, in order."""
     rows = await fetchall(
         conn,
-        f"SELECT {_CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
+        f"SELECT {CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
         "WHERE c.document_id = ? AND c.position BETWEEN ? AND ? ORDER BY c.position",
         (document_id, position - window, position + window),
     )
-    return [_row_to_chunk(r) for r in rows]
+    return [row_to_chunk(r) for r in rows]
 
 
 @routed
 async def document_by_source(conn: Any, source: str) -> Document | None:
     """The document stored for `source`, if any."""
     rows = await fetchall(
-        conn, f"SELECT {_DOCUMENT_COLUMNS} FROM documents WHERE source = ?", (source,)
+        conn, f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE source = ?", (source,)
     )
-    return _row_to_document(rows[0]) if rows else None
+    return row_to_document(rows[0]) if rows else None
 
 
 @routed
@@ -304,11 +306,11 @@ async def documents(conn: Any, prefix: str = "", limit: int = 1000) -> list[Docu
     """Documents whose source starts with `prefix`, in source order."""
     rows = await fetchall(
         conn,
-        f"SELECT {_DOCUMENT_COLUMNS} FROM documents WHERE source >= ? AND source < ? "
+        f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE source >= ? AND source < ? "
         "ORDER BY source LIMIT ?",
         (prefix, prefix + "\U0010ffff", limit),
     )
-    return [_row_to_document(r) for r in rows]
+    return [row_to_document(r) for r in rows]
 
 
 @routed

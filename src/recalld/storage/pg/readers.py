@@ -15,7 +15,6 @@ rare terms and repeated terms count more — on a different scale. Fusion only u
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -24,16 +23,14 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.storage.pg.handle import PgConn, vector_from_list
+from recalld.storage.readers import (
+    CHUNK_COLUMNS,
+    DOCUMENT_COLUMNS,
+    row_to_chunk,
+    row_to_document,
+)
 from recalld.types import Chunk, Document, Filters
 
-_CHUNK_COLUMNS = (
-    "c.id, c.document_id, d.source, c.position, c.kind, c.granularity, c.key, c.parent_id, "
-    "c.text, c.token_count, c.tags, c.memory_type, c.importance, c.event_time, c.created_at, "
-    "c.access_count, c.last_accessed_at, c.retrieval_count, c.last_retrieved_at, c.status, c.meta"
-)
-_DOCUMENT_COLUMNS = (
-    "id, source, kind, content_hash, state, chunk_count, created_at, updated_at, mtime, size"
-)
 _QUOTED = re.compile(r'"((?:[^"]|"")*)"')
 # HNSW candidate list: at least pgvector's default, and never fewer than the rows asked for.
 _EF_SEARCH_MIN = 100
@@ -42,47 +39,6 @@ _EF_SEARCH_MIN = 100
 def terms_of(expression: str) -> list[str]:
     """The terms of an FTS5 expression built by `storage.fts.match_expression`."""
     return [m.group(1).replace('""', '"') for m in _QUOTED.finditer(expression)]
-
-
-def _row_to_chunk(row: Any) -> Chunk:
-    return Chunk(
-        id=int(row[0]),
-        document_id=int(row[1]),
-        source=row[2],
-        position=row[3],
-        kind=row[4],
-        granularity=row[5],
-        key=row[6],
-        parent_id=None if row[7] is None else int(row[7]),
-        text=row[8],
-        token_count=row[9],
-        tags=tuple(json.loads(row[10])),
-        memory_type=row[11],
-        importance=row[12],
-        event_time=row[13],
-        created_at=row[14],
-        access_count=row[15],
-        last_accessed_at=row[16],
-        retrieval_count=row[17],
-        last_retrieved_at=row[18],
-        status=row[19],
-        meta=json.loads(row[20]),
-    )
-
-
-def _row_to_document(row: Any) -> Document:
-    return Document(
-        id=int(row[0]),
-        source=row[1],
-        kind=row[2],
-        content_hash=row[3],
-        state=row[4],
-        chunk_count=row[5],
-        created_at=row[6],
-        updated_at=row[7],
-        mtime=row[8],
-        size=None if row[9] is None else int(row[9]),
-    )
 
 
 def filter_sql(filters: Filters) -> tuple[str, list[Any]]:
@@ -236,11 +192,11 @@ async def chunks_by_id(conn: PgConn, ids: Sequence[int]) -> dict[int, Chunk]:
     if not ids:
         return {}
     rows = await conn.fetch(
-        f"SELECT {_CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
+        f"SELECT {CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
         "WHERE c.id = ANY(%s)",
         [list(ids)],
     )
-    return {int(r[0]): _row_to_chunk(r) for r in rows}
+    return {int(r[0]): row_to_chunk(r) for r in rows}
 
 
 async def vectors_by_id(
@@ -259,20 +215,20 @@ async def vectors_by_id(
 async def neighbours(conn: PgConn, document_id: int, position: int, window: int) -> list[Chunk]:
     """The chunks within `window` positions of `position` in a document, in order."""
     rows = await conn.fetch(
-        f"SELECT {_CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
+        f"SELECT {CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
         "WHERE c.document_id = %s AND c.position BETWEEN %s AND %s ORDER BY c.position",
         [document_id, position - window, position + window],
     )
-    return [_row_to_chunk(r) for r in rows]
+    return [row_to_chunk(r) for r in rows]
 
 
 async def document_by_source(conn: PgConn, source: str) -> Document | None:
     """The document stored for `source` (in this store's scope), if any."""
     rows = await conn.fetch(
-        f"SELECT {_DOCUMENT_COLUMNS} FROM documents WHERE source = %s AND scope = %s",
+        f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE source = %s AND scope = %s",
         [source, conn.writer.scope],
     )
-    return _row_to_document(rows[0]) if rows else None
+    return row_to_document(rows[0]) if rows else None
 
 
 async def chunk_keys(conn: PgConn, document_id: int) -> dict[str, str]:
@@ -286,11 +242,11 @@ async def chunk_keys(conn: PgConn, document_id: int) -> dict[str, str]:
 async def documents(conn: PgConn, prefix: str = "", limit: int = 1000) -> list[Document]:
     """Documents whose source starts with `prefix`, in source (code point) order."""
     rows = await conn.fetch(
-        f"SELECT {_DOCUMENT_COLUMNS} FROM documents WHERE starts_with(source, %s) "
+        f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE starts_with(source, %s) "
         'AND scope = %s ORDER BY source COLLATE "C" LIMIT %s',
         [prefix, conn.writer.scope, limit],
     )
-    return [_row_to_document(r) for r in rows]
+    return [row_to_document(r) for r in rows]
 
 
 async def counts(conn: PgConn) -> dict[str, int]:
