@@ -61,6 +61,8 @@ async def evaluate_conversation(
     """Search every question of one conversation in one mode and add up its scores."""
     filters = Filters() if granularity == "all" else Filters(granularities=(granularity,))
     options = {**MODES[mode], **(overrides or {})}
+    # Every mode pays for its own query embeddings (see bench.beir.evaluate).
+    memory.searcher.clear_query_cache()
     for qa in sample["qa"]:
         category = CATEGORIES.get(int(qa.get("category", 0)), "other")
         evidence = evidence_ids(qa)
