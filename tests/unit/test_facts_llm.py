@@ -21,10 +21,10 @@ from recalld.errors import IngestError
 from recalld.ingest.facts_llm import (
     CACHE_FILE,
     LLMFactExtractor,
-    _UnusableAnswer,
     fact_extractor,
     parse_answer,
 )
+from recalld.ingest.llm_chat import UnusableAnswer
 from recalld.ingest.pipeline import Ingestor
 from recalld.storage import readers
 from recalld.types import Chunk, Filters
@@ -198,7 +198,7 @@ async def test_refused_key_is_not_retried_and_not_shown(server, extractors, capl
     ],
 )
 def test_answers_are_validated_strictly(content, problem):
-    with pytest.raises(_UnusableAnswer, match=problem):
+    with pytest.raises(UnusableAnswer, match=problem):
         parse_answer(content, 2)
 
 

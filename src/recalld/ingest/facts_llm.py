@@ -33,23 +33,14 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from recalld.chunkers import Conversation, Round, Session
 from recalld.chunkers.formats.model import format_time
 from recalld.config import Secret, Settings
-from recalld.embeddings.openai_compat import (
-    CONNECT_TIMEOUT_S,
-    Failure,
-    RetryPolicy,
-    classify_error,
-    client_options,
-    endpoint_host,
-)
+from recalld.embeddings.openai_compat import RetryPolicy, endpoint_host
 from recalld.errors import ConfigError, IngestError
-
-if TYPE_CHECKING:
-    from openai import AsyncOpenAI
+from recalld.ingest.llm_chat import JsonChat, UnusableAnswer
 
 logger = logging.getLogger(__name__)
 
@@ -72,10 +63,6 @@ has one. Keep each fact under 30 words. Skip greetings, small talk, questions an
 not stated as true. A round with nothing worth remembering gets an empty list.
 Answer with a JSON object only, in exactly this shape, with one entry for every round given:
 {"facts": [{"round": <round number>, "facts": ["...", "..."]}]}"""
-
-
-class _UnusableAnswer(Exception):
-    """The endpoint answered, but not with facts in the agreed shape."""
 
 
 @dataclass
@@ -119,29 +106,29 @@ def parse_answer(content: str, rounds: int) -> list[list[str]]:
     A round the answer leaves out gets no facts; anything else out of shape is refused.
 
     Raises:
-        _UnusableAnswer: The content is not JSON of the agreed shape.
+        UnusableAnswer: The content is not JSON of the agreed shape.
     """
     try:
         document = json.loads(content)
     except ValueError:
-        raise _UnusableAnswer("the answer is not JSON") from None
+        raise UnusableAnswer("the answer is not JSON") from None
     entries = document.get("facts") if isinstance(document, dict) else None
     if not isinstance(entries, list):
-        raise _UnusableAnswer('the answer has no "facts" list')
+        raise UnusableAnswer('the answer has no "facts" list')
     found: dict[int, list[str]] = {}
     for entry in entries:
         if not isinstance(entry, dict):
-            raise _UnusableAnswer("an entry is not an object")
+            raise UnusableAnswer("an entry is not an object")
         number = entry.get("round")
         if isinstance(number, str) and number.strip().isdigit():
             number = int(number)
         if not isinstance(number, int) or isinstance(number, bool) or not 1 <= number <= rounds:
-            raise _UnusableAnswer(f"an entry names round {number!r}, not one of 1..{rounds}")
+            raise UnusableAnswer(f"an entry names round {number!r}, not one of 1..{rounds}")
         if number in found:
-            raise _UnusableAnswer(f"round {number} appears twice")
+            raise UnusableAnswer(f"round {number} appears twice")
         facts = entry.get("facts")
         if not isinstance(facts, list) or not all(isinstance(f, str) for f in facts):
-            raise _UnusableAnswer(f"round {number}'s facts are not a list of strings")
+            raise UnusableAnswer(f"round {number}'s facts are not a list of strings")
         cleaned = [" ".join(f.split()) for f in facts]
         kept = [f for f in dict.fromkeys(cleaned) if f and len(f) <= MAX_FACT_CHARS]
         found[number] = kept[:MAX_FACTS_PER_ROUND]
@@ -257,15 +244,18 @@ class LLMFactExtractor:
         for ok, message in checks:
             if not ok:
                 raise ConfigError(message)
+        self.chat = JsonChat(
+            "fact extraction",
+            model,
+            base_url=base_url,
+            api_key=api_key,
+            timeout_s=timeout_s,
+            retry=retry,
+        )
         self.model = model
-        self.base_url = base_url
-        self.timeout_s = timeout_s
-        self.retry = retry or RetryPolicy(max_retries=3)
         self.batch_rounds = batch_rounds
         self.concurrency = concurrency
         self.cache = FactCache(cache_path)
-        self._api_key = api_key
-        self._client: AsyncOpenAI | None = None
 
     async def extract(self, conversations: Sequence[Conversation]) -> list[dict[str, list[str]]]:
         """Facts by round id for each conversation, asking the model only about new rounds.
@@ -334,81 +324,16 @@ class LLMFactExtractor:
         return batches
 
     async def _ask(self, batch: list[_Job]) -> list[list[str]]:
-        attempt = 0
-        while True:
-            failure = await self._try(batch)
-            if isinstance(failure, list):
-                return failure
-            wait = self.retry.delay(attempt, failure.retry_after) if failure.retryable else None
-            if wait is None:
-                tries = f" after {attempt + 1} attempts" if attempt else ""
-                raise IngestError(
-                    f"fact extraction with {self.model} at {self.host} failed{tries}: "
-                    f"{failure.reason}",
-                    data={"endpoint": self.host, "model": self.model, "reason": failure.reason},
-                )
-            logger.info(
-                "fact request to %s failed (%s); retry %d of %d in %.2f s",
-                self.host,
-                failure.reason,
-                attempt + 1,
-                self.retry.max_retries,
-                wait,
-            )
-            await asyncio.sleep(wait)
-            attempt += 1
-
-    async def _try(self, batch: list[_Job]) -> list[list[str]] | Failure:
-        import openai
-
         rounds = [{"round": number, **job.payload} for number, job in enumerate(batch, start=1)]
-        messages: list[Any] = [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": json.dumps({"rounds": rounds}, ensure_ascii=False)},
-        ]
-        try:
-            # The client's read timeout bounds each wait for bytes; this bounds the whole call.
-            async with asyncio.timeout(self.timeout_s + CONNECT_TIMEOUT_S):
-                raw = await self._get_client().chat.completions.with_raw_response.create(
-                    model=self.model,
-                    messages=messages,
-                    response_format={"type": "json_object"},
-                    temperature=0,
-                )
-            return parse_answer(_content(raw.http_response.content), len(batch))
-        except (openai.APIError, TimeoutError) as exc:
-            return classify_error(exc, self._api_key)
-        except _UnusableAnswer as exc:
-            return Failure(True, f"unusable answer: {exc}")
 
-    def _get_client(self) -> AsyncOpenAI:
-        if self._client is None:
-            import openai
+        def parse(text: str) -> list[list[str]]:
+            return parse_answer(text, len(batch))
 
-            options = client_options(self.base_url, self._api_key, self.timeout_s)
-            self._client = openai.AsyncOpenAI(**options)
-        return self._client
+        return await self.chat.ask(SYSTEM_PROMPT, {"rounds": rounds}, parse)
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
-
-
-def _content(payload: bytes) -> str:
-    """The assistant message's text in a chat completion body."""
-    try:
-        document = json.loads(payload)
-        choice = document["choices"][0]
-        content = choice["message"]["content"]
-    except (ValueError, TypeError, KeyError, IndexError):
-        raise _UnusableAnswer("the response is not a chat completion") from None
-    if not isinstance(content, str):
-        raise _UnusableAnswer("the chat completion has no text")
-    if choice.get("finish_reason") == "length":
-        raise _UnusableAnswer("the answer was cut off at the length limit")
-    return content
+        await self.chat.aclose()
 
 
 def fact_extractor(settings: Settings) -> LLMFactExtractor | None:
