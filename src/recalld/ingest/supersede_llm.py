@@ -5,7 +5,7 @@ older one); the model is shown them in batches and answers
 
     {"results": [{"pair": 1, "supersedes": true}, ...]}
 
-Timeouts, retries and error classes follow `facts_llm`. When the endpoint fails, `judge`
+Requests, timeouts and retries go through `llm_chat.JsonChat`. When the endpoint fails, `judge`
 raises `IngestError` and the caller falls back to the rule (`supersede.supersedes`).
 """
 
