@@ -60,6 +60,10 @@ async def reindex(ctx: Context, params: Params, progress: Progress) -> Any:
         started = await reindexer.start(spec)
     elif reindexer.running:
         started = reindexer.status() or {}
+    elif (resumed := await reindexer.resume()) is not None:
+        # A request that reaches a starting daemon before its own resume does not miss the
+        # reindex recorded in the store.
+        started = resumed
     else:
         raise ReindexError(
             "no reindex is running; name the new model: `recalld reindex --model SPEC` "
