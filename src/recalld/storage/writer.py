@@ -79,6 +79,76 @@ async def _fetchall(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any
         return list(await cursor.fetchall())
 
 
+ChunkRow = tuple[Any, ...]
+
+
+def chunk_rows(
+    doc_id: int,
+    doc: NewDocument,
+    chunks: Sequence[NewChunk],
+    existing: dict[tuple[str, str], int],
+    now: float,
+) -> tuple[list[tuple[int, int]], list[ChunkRow], list[int]]:
+    """What `replace_document` writes, on either backend: `(position, id)` of the chunks kept
+    as stored (no new vector), the rows of the new chunks in the `INSERT` column order, and
+    the ids of stored chunks no longer wanted. `existing` maps `(key, content hash)` to id."""
+    hashes = [chunk_hash(c.draft) for c in chunks]
+    keep = {(c.draft.key, h) for c, h in zip(chunks, hashes, strict=True) if c.vector is None}
+    stale = [cid for key_hash, cid in existing.items() if key_hash not in keep]
+    kept: list[tuple[int, int]] = []
+    inserts: list[ChunkRow] = []
+    for position, (chunk, digest) in enumerate(zip(chunks, hashes, strict=True)):
+        draft = chunk.draft
+        if chunk.vector is None:
+            kept.append((position, existing[(draft.key, digest)]))
+            continue
+        inserts.append(
+            (
+                doc_id,
+                position,
+                draft.kind,
+                draft.granularity,
+                draft.key,
+                draft.text,
+                digest,
+                chunk.token_count,
+                json.dumps(list(draft.tags)),
+                draft.memory_type,
+                draft.importance,
+                draft.event_time if draft.event_time is not None else doc.event_time,
+                now,
+                json.dumps(draft.meta, ensure_ascii=False, default=str),
+            )
+        )
+    return kept, inserts, stale
+
+
+def chunk_links(
+    chunks: Sequence[NewChunk], ids_by_key: dict[str, int]
+) -> tuple[
+    list[tuple[int, npt.NDArray[np.float32], str, str]], list[tuple[int, int]], list[links.Link]
+]:
+    """Once the chunks have ids: the vectors to store, the `(parent id, chunk id)` pairs (a
+    parent may come after its child in the list, hence a second pass), and the auto links
+    the ingest found, with chunk keys resolved to ids."""
+    embedded: list[tuple[int, npt.NDArray[np.float32], str, str]] = []
+    parents: list[tuple[int, int]] = []
+    found: list[links.Link] = []
+    for chunk in chunks:
+        draft = chunk.draft
+        chunk_id = ids_by_key[draft.key]
+        if chunk.vector is not None:
+            vector = np.ascontiguousarray(chunk.vector, dtype=np.float32)
+            embedded.append((chunk_id, vector, draft.kind, draft.granularity))
+        if draft.parent_key is not None and draft.parent_key in ids_by_key:
+            parents.append((ids_by_key[draft.parent_key], chunk_id))
+        for relation, target, weight in chunk.links:
+            dst = ids_by_key.get(target) if isinstance(target, str) else target
+            if dst is not None:
+                found.append((chunk_id, dst, relation, weight))
+    return embedded, parents, found
+
+
 @routed
 async def replace_document(
     conn: Any, doc: NewDocument, chunks: Sequence[NewChunk], *, structure_links: bool = True
@@ -113,38 +183,10 @@ async def replace_document(
             conn, "SELECT id, key, content_hash FROM chunks WHERE document_id = ?", (doc_id,)
         )
     }
-    hashes = [chunk_hash(c.draft) for c in chunks]
-    keep = {(c.draft.key, h) for c, h in zip(chunks, hashes, strict=True) if c.vector is None}
-    stale = [cid for key_hash, cid in existing.items() if key_hash not in keep]
+    kept, inserts, stale = chunk_rows(doc_id, doc, chunks, existing, now)
     await delete_chunks(conn, stale)
-
     # Statements go out batched, a few per document rather than one per chunk: each call
     # through aiosqlite is a thread hop, and bulk ingest was spending most of its time there.
-    kept: list[tuple[int, int]] = []
-    inserts: list[tuple[Any, ...]] = []
-    for position, (chunk, digest) in enumerate(zip(chunks, hashes, strict=True)):
-        draft = chunk.draft
-        if chunk.vector is None:
-            kept.append((position, existing[(draft.key, digest)]))
-            continue
-        inserts.append(
-            (
-                doc_id,
-                position,
-                draft.kind,
-                draft.granularity,
-                draft.key,
-                draft.text,
-                digest,
-                chunk.token_count,
-                json.dumps(list(draft.tags)),
-                draft.memory_type,
-                draft.importance,
-                draft.event_time if draft.event_time is not None else doc.event_time,
-                now,
-                json.dumps(draft.meta, ensure_ascii=False, default=str),
-            )
-        )
     await conn.executemany("UPDATE chunks SET position = ?, parent_id = NULL WHERE id = ?", kept)
     await conn.executemany(
         "INSERT INTO chunks (document_id, position, kind, granularity, key, text, "
@@ -159,30 +201,12 @@ async def replace_document(
             conn, "SELECT key, id FROM chunks WHERE document_id = ?", (doc_id,)
         )
     }
-    parents: list[tuple[int, str]] = []
-    embedded: list[tuple[int, npt.NDArray[np.float32], str, str]] = []
-    for chunk in chunks:
-        draft = chunk.draft
-        chunk_id = ids_by_key[draft.key]
-        if chunk.vector is not None:
-            embedded.append((chunk_id, chunk.vector, draft.kind, draft.granularity))
-        if draft.parent_key is not None:
-            parents.append((chunk_id, draft.parent_key))
+    embedded, parents, found = chunk_links(chunks, ids_by_key)
     await insert_vectors(conn, embedded)
-    # Parents may come after their children in the list, so link them in a second pass.
-    await conn.executemany(
-        "UPDATE chunks SET parent_id = ? WHERE id = ?",
-        [(ids_by_key[p], cid) for cid, p in parents if p in ids_by_key],
-    )
+    await conn.executemany("UPDATE chunks SET parent_id = ? WHERE id = ?", parents)
     # Links in the same transaction, so a search never sees a document without them (issue 8).
     if structure_links:
         await links.rebuild_structure(conn, doc_id)
-    found: list[links.Link] = []
-    for chunk in chunks:
-        for relation, target, weight in chunk.links:
-            dst = ids_by_key.get(target) if isinstance(target, str) else target
-            if dst is not None:
-                found.append((ids_by_key[chunk.draft.key], dst, relation, weight))
     await links.add(conn, found, origin="auto")
     await conn.execute(
         "UPDATE documents SET state = 'complete', chunk_count = ?, updated_at = ? WHERE id = ?",

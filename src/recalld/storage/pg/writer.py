@@ -9,7 +9,6 @@ replacement records which role, OS user and host wrote the document.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -18,7 +17,7 @@ import numpy as np
 
 from recalld.storage.pg import links
 from recalld.storage.pg.handle import PgConn
-from recalld.storage.writer import NewChunk, NewDocument, chunk_hash
+from recalld.storage.writer import NewChunk, NewDocument, chunk_links, chunk_rows
 
 
 async def _lock_source(conn: PgConn, source: str) -> None:
@@ -78,35 +77,8 @@ async def replace_document(
             "SELECT id, key, content_hash FROM chunks WHERE document_id = %s", [doc_id]
         )
     }
-    hashes = [chunk_hash(c.draft) for c in chunks]
-    keep = {(c.draft.key, h) for c, h in zip(chunks, hashes, strict=True) if c.vector is None}
-    await delete_chunks(conn, [cid for key_hash, cid in existing.items() if key_hash not in keep])
-
-    kept: list[tuple[int, int]] = []
-    inserts: list[tuple[Any, ...]] = []
-    for position, (chunk, digest) in enumerate(zip(chunks, hashes, strict=True)):
-        draft = chunk.draft
-        if chunk.vector is None:
-            kept.append((position, existing[(draft.key, digest)]))
-            continue
-        inserts.append(
-            (
-                doc_id,
-                position,
-                draft.kind,
-                draft.granularity,
-                draft.key,
-                draft.text,
-                digest,
-                chunk.token_count,
-                json.dumps(list(draft.tags)),
-                draft.memory_type,
-                draft.importance,
-                draft.event_time if draft.event_time is not None else doc.event_time,
-                now,
-                json.dumps(draft.meta, ensure_ascii=False, default=str),
-            )
-        )
+    kept, inserts, stale = chunk_rows(doc_id, doc, chunks, existing, now)
+    await delete_chunks(conn, stale)
     await conn.run_many("UPDATE chunks SET position = %s, parent_id = NULL WHERE id = %s", kept)
     await conn.run_many(
         "INSERT INTO chunks (document_id, position, kind, granularity, key, text, "
@@ -118,27 +90,12 @@ async def replace_document(
         str(r[0]): int(r[1])
         for r in await conn.fetch("SELECT key, id FROM chunks WHERE document_id = %s", [doc_id])
     }
-    embedded: list[tuple[Any, ...]] = []
-    parents: list[tuple[int, int]] = []
-    for chunk in chunks:
-        draft = chunk.draft
-        chunk_id = ids_by_key[draft.key]
-        if chunk.vector is not None:
-            vector = np.ascontiguousarray(chunk.vector, dtype=np.float32)
-            embedded.append((chunk_id, vector, draft.kind, draft.granularity))
-        if draft.parent_key is not None and draft.parent_key in ids_by_key:
-            parents.append((ids_by_key[draft.parent_key], chunk_id))
+    embedded, parents, found = chunk_links(chunks, ids_by_key)
     await insert_vectors(conn, embedded)
     await conn.run_many("UPDATE chunks SET parent_id = %s WHERE id = %s", parents)
     # Links in the same transaction, so a search never sees a document without them (issue 8).
     if structure_links:
         await links.rebuild_structure(conn, doc_id)
-    found: list[tuple[int, int, str, float]] = []
-    for chunk in chunks:
-        for relation, target, weight in chunk.links:
-            dst = ids_by_key.get(target) if isinstance(target, str) else target
-            if dst is not None:
-                found.append((ids_by_key[chunk.draft.key], dst, relation, weight))
     await links.add(conn, found, origin="auto")
     await conn.run(
         "UPDATE documents SET state = 'complete', chunk_count = %s, updated_at = %s WHERE id = %s",
