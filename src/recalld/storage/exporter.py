@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
@@ -86,20 +85,7 @@ def _lines(conn: Any, vectors: bool, recalld_version: str) -> Iterator[str]:
     meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
     tables = portable.discover(conn)
     by_name = {t.name: t for t in tables}
-    yield _dumps(
-        {
-            "type": portable.HEADER,
-            "format": portable.FORMAT,
-            "format_version": portable.FORMAT_VERSION,
-            "recalld_version": recalld_version,
-            "schema_version": version,
-            "model_id": meta.get("model_id"),
-            "dimension": int(meta["dimension"]) if "dimension" in meta else None,
-            "vectors": vectors,
-            "exported_at": time.time(),
-            "tables": {t.name: list(t.columns) for t in tables},
-        }
-    )
+    yield _dumps(portable.header(recalld_version, version, meta, vectors, tables))
     counts = {t.name: 0 for t in tables}
     yield from _documents(conn, by_name, vectors, counts)
     for table in tables:

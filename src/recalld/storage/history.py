@@ -50,6 +50,23 @@ class MemoryEdit:
     importance: float | None = None
     event_time: float | None = None
 
+    def applied(
+        self,
+        text: str,
+        tags: str,
+        memory_type: str | None,
+        importance: float,
+        event_time: float | None,
+    ) -> tuple[str, str, str | None, float, float | None]:
+        """The memory's new `(text, tags as stored JSON, type, importance, event time)`."""
+        return (
+            self.text if self.text is not None else text,
+            json.dumps(list(self.tags)) if self.tags is not None else tags,
+            self.memory_type if self.memory_type is not None else memory_type,
+            self.importance if self.importance is not None else importance,
+            self.event_time if self.event_time is not None else event_time,
+        )
+
 
 async def _fetchall(conn: Any, sql: str, params: Any = ()) -> list[Any]:
     async with conn.execute(sql, params) as cursor:
@@ -139,11 +156,7 @@ async def update_memory(
         "UPDATE chunks SET text = ?, tags = ?, memory_type = ?, importance = ?, event_time = ?, "
         "content_hash = ?, token_count = ? WHERE id = ?",
         (
-            edit.text if edit.text is not None else text,
-            json.dumps(list(edit.tags)) if edit.tags is not None else tags,
-            edit.memory_type if edit.memory_type is not None else memory_type,
-            edit.importance if edit.importance is not None else importance,
-            edit.event_time if edit.event_time is not None else event_time,
+            *edit.applied(text, tags, memory_type, importance, event_time),
             chunk_hash,
             token_count,
             chunk_id,

@@ -23,6 +23,7 @@ cascade) are rebuilt on import rather than copied; `meta` belongs to the store, 
 from __future__ import annotations
 
 import base64
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +102,30 @@ def discover(conn: Any) -> list[Table]:
     for name in (DOCUMENTS, CHUNKS, *names):
         visit(name)
     return ordered
+
+
+def header(
+    recalld_version: str,
+    schema_version: int,
+    meta: dict[str, str],
+    vectors: bool,
+    tables: list[Table],
+    **extra: Any,
+) -> dict[str, Any]:
+    """The first line of an export (either backend): format, versions, model, tables."""
+    return {
+        "type": HEADER,
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "recalld_version": recalld_version,
+        "schema_version": schema_version,
+        **extra,
+        "model_id": meta.get("model_id"),
+        "dimension": int(meta["dimension"]) if "dimension" in meta else None,
+        "vectors": vectors,
+        "exported_at": time.time(),
+        "tables": {t.name: list(t.columns) for t in tables},
+    }
 
 
 def encode_value(value: Any) -> Any:

@@ -13,7 +13,6 @@ server-side cursors. Blocking: the daemon pulls it in a worker thread.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Generator, Iterator
 from typing import Any
 
@@ -121,19 +120,7 @@ def _lines(conn: psycopg.Connection[Any], vectors: bool, recalld_version: str) -
     tables = discover(conn)
     by_name = {t.name: t for t in tables}
     yield _dumps(
-        {
-            "type": portable.HEADER,
-            "format": portable.FORMAT,
-            "format_version": portable.FORMAT_VERSION,
-            "recalld_version": recalld_version,
-            "schema_version": version,
-            "backend": "postgresql",
-            "model_id": meta.get("model_id"),
-            "dimension": int(meta["dimension"]) if "dimension" in meta else None,
-            "vectors": vectors,
-            "exported_at": time.time(),
-            "tables": {t.name: list(t.columns) for t in tables},
-        }
+        portable.header(recalld_version, version, meta, vectors, tables, backend="postgresql")
     )
     counts = {t.name: 0 for t in tables}
     yield from _documents(conn, by_name, vectors, counts)

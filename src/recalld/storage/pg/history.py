@@ -87,11 +87,7 @@ async def update_memory(
         "UPDATE chunks SET text = %s, tags = %s, memory_type = %s, importance = %s, "
         "event_time = %s, content_hash = %s, token_count = %s WHERE id = %s",
         [
-            edit.text if edit.text is not None else text,
-            json.dumps(list(edit.tags)) if edit.tags is not None else tags,
-            edit.memory_type if edit.memory_type is not None else memory_type,
-            edit.importance if edit.importance is not None else importance,
-            edit.event_time if edit.event_time is not None else event_time,
+            *edit.applied(text, tags, memory_type, importance, event_time),
             chunk_hash,
             token_count,
             chunk_id,
