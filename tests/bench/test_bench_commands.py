@@ -209,3 +209,45 @@ def test_links_command_compares_auto_links_on_and_off(tmp_path: Path):
     # Parent and temporal links with links on; none at all with them off.
     assert report["links_on"]["links"] > 0 and report["links_off"]["links"] == 0
     assert report["store_ratio"] > 0 and report["ingest_ratio"] > 0
+
+
+def test_perf_times_recalld_in_process_over_the_socket_and_as_a_process(tmp_path: Path):
+    make_beir(tmp_path / "beir")
+    result = CliRunner().invoke(
+        main,
+        [
+            "perf",
+            "--data",
+            str(tmp_path / "beir"),
+            "--blocks",
+            "2",
+            "--cli-runs",
+            "2",
+            "--no-peer",
+            "--json",
+            "--results",
+            str(tmp_path / "out"),
+            "--store-dir",
+            str(tmp_path / "store"),
+            "--set",
+            "embed.model=hash:64",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["queries"] == 3 and report["documents"] == 3
+    assert set(report["search"]) == {"in_process", "socket"}
+    assert report["search"]["in_process"]["p50_ms"] > 0
+    assert report["cli"]["recalld"]["runs"] == 2
+    assert report["ndcg@10"]["recalld"] == 1.0
+    assert {"embed_ms", "total_ms"} <= set(report["stages_ms_p50"])
+    assert report["rss_mb"]["daemon"]["VmRSS"] > 0
+
+
+def test_perf_without_the_peer_says_how_to_set_it_up(tmp_path: Path):
+    make_beir(tmp_path / "beir")
+    result = CliRunner().invoke(
+        main, ["perf", "--data", str(tmp_path / "beir"), "--peer", str(tmp_path / "none")]
+    )
+    assert result.exit_code != 0
+    assert "setup.sh" in result.output

@@ -528,6 +528,107 @@ def reindex(
         )
 
 
+@main.command()
+@click.option(
+    "--data",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=Path("../shared/data/scifact"),
+    show_default=True,
+    help="A BEIR folder; its documents become one file each.",
+)
+@click.option("--split", default="train", show_default=True)
+@click.option("--limit", type=click.IntRange(1), default=None, help="Only the first N queries.")
+@click.option(
+    "--docs",
+    type=click.IntRange(1),
+    default=None,
+    help="Only N documents (every one the chosen queries judge, then the corpus in order).",
+)
+@click.option("--blocks", type=click.IntRange(1), default=6, show_default=True)
+@click.option(
+    "--cli-runs", type=click.IntRange(1), default=20, show_default=True, help="Whole processes."
+)
+@click.option(
+    "--peer",
+    type=click.Path(path_type=Path),
+    default=Path(tempfile.gettempdir()) / "peer-vstash",
+    show_default=True,
+    help="The venv ../shared/peers/vstash/setup.sh built.",
+)
+@click.option(
+    "--peer-driver",
+    type=click.Path(path_type=Path),
+    default=Path("../shared/peers/vstash/driver.py"),
+    show_default=True,
+)
+@click.option("--no-peer", is_flag=True, help="Time recalld alone.")
+@click.option(
+    "--store-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Keep both stores here and reuse them on the next run (same --limit/--docs).",
+)
+@REPORT_OPTIONS
+def perf(
+    data: Path,
+    split: str,
+    limit: int | None,
+    docs: int | None,
+    blocks: int,
+    cli_runs: int,
+    peer: Path,
+    peer_driver: Path,
+    no_peer: bool,
+    store_dir: Path | None,
+    sets: tuple[str, ...],
+    results: Path,
+    as_json: bool,
+) -> None:
+    """Search p50/p95 beside vstash (same folder, queries and run, blocks alternating):
+    in-process, over the socket and as a whole CLI process; stage timings, RSS, NDCG@10."""
+    from recalld.bench import perf as perf_bench
+
+    workdir = _workdir(store_dir)
+    the_peer = None
+    if not no_peer:
+        python = peer / "bin" / "python"
+        if not python.exists() or not peer_driver.exists():
+            raise click.UsageError(
+                f"no vstash at {python} or no driver at {peer_driver}: run "
+                "../shared/peers/vstash/setup.sh (PEER=DIR), pass --peer/--peer-driver, "
+                "or --no-peer"
+            )
+        the_peer = perf_bench.Peer(peer_driver.resolve(), python, workdir)
+    report = asyncio.run(
+        perf_bench.run(
+            data, split, limit, docs, blocks, cli_runs, the_peer, workdir, _overrides(sets)
+        )
+    )
+    header = ["system", "p50 ms", "p95 ms", "ratio p50", "per-query ratio"]
+    ratios = report.get("ratio_to_vstash", {})
+    rows = []
+    for name, figures in report["search"].items():
+        ratio = ratios.get(name, {})
+        rows.append(
+            [
+                name,
+                figures["p50_ms"],
+                figures["p95_ms"],
+                ratio.get("p50_ratio", ""),
+                ratio.get("per_query_median", ""),
+            ]
+        )
+    for name, figures in report["cli"].items():
+        if isinstance(figures, dict):
+            rows.append([f"cli {name}", figures["p50_ms"], figures["p95_ms"], "", ""])
+    _emit("perf", report, as_json, results, rows, header)
+    if not as_json:
+        click.echo(f"recalld stages (p50 ms): {report['stages_ms_p50']}")
+        click.echo(f"socket overhead p50: {report['socket_overhead_ms_p50']} ms")
+        click.echo(f"NDCG@10: {report['ndcg@10']}; RSS MB: {report['rss_mb']}")
+        click.echo(f"chunks: {report['chunks']}; ingest: {report['ingest']}")
+
+
 @main.command("links")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--rounds", type=click.IntRange(1, 20), default=3, show_default=True)
