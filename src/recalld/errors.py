@@ -6,7 +6,9 @@
     │   ├── SchemaTooNewError          -32021
     │   ├── ModelMismatchError         -32022
     │   ├── IntegrityError             -32023
-    │   └── ReindexError               -32024
+    │   ├── ReindexError               -32024
+    │   ├── StoreFullError             -32026
+    │   └── StoreGoneError             -32027
     ├── IngestError                    -32030
     │   ├── UnsupportedFormatError     -32031
     │   └── ParseError                 -32032
@@ -16,7 +18,8 @@
     └── DaemonError                    -32070
         ├── DaemonNotRunning           -32071
         ├── DaemonAlreadyRunning       -32072
-        └── ProtocolError              -32073
+        ├── ProtocolError              -32073
+        └── DaemonBusy                 -32074
 
 Each class carries its JSON-RPC `code`, so the daemon maps exceptions to error objects in one
 place and the client raises the same class back from `data.type`.
@@ -79,6 +82,18 @@ class ReindexError(StoreError):
     code = -32024
 
 
+class StoreFullError(StoreError):
+    """The disk holding the store is full: writes wait for space, nothing is dropped."""
+
+    code = -32026
+
+
+class StoreGoneError(StoreError):
+    """A file of the open store was deleted or replaced under the daemon: writes are refused."""
+
+    code = -32027
+
+
 class IngestError(RecalldError):
     """A source could not be ingested."""
 
@@ -137,6 +152,12 @@ class ProtocolError(DaemonError):
     """A message on the socket broke the protocol."""
 
     code = -32073
+
+
+class DaemonBusy(DaemonError):
+    """The daemon runs but serves as many connections as it can; retry in a moment."""
+
+    code = -32074
 
 
 def error_classes() -> dict[str, type[RecalldError]]:

@@ -41,7 +41,7 @@ def run_offline(
         async with await AsyncMemory.open(settings) as memory:
             return await work(memory)
 
-    lock = StoreLock(settings.store_path)
+    lock = StoreLock(settings.store_path, identity=not settings.store_url)
     try:
         lock.acquire()
     except DaemonAlreadyRunning as exc:

@@ -35,7 +35,7 @@ from recalld.daemon.methods import Context, Dispatcher
 from recalld.daemon.server import SocketServer, StoreLock
 from recalld.daemon.sources import SOURCES_FILE, SourceRegistry
 from recalld.embeddings.base import Embedder
-from recalld.errors import RecalldError
+from recalld.errors import RecalldError, StoreGoneError
 from recalld.ingest.scheduler import Scheduler
 from recalld.ingest.watcher import PathFilter, Watcher
 from recalld.storage import readers
@@ -44,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 STARTUP_FAILURE = 3
 WATCH_SETTLE_S = 1.0
+# How often the store's files are checked for having been deleted under the daemon.
+STORE_FILES_CHECK_S = 2.0
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 
@@ -177,7 +179,7 @@ class Server:
         """
         loaded = self.config.load()
         settings = loaded.settings
-        self._lock = StoreLock(settings.store_path)
+        self._lock = StoreLock(settings.store_path, identity=not settings.store_url)
         self._lock.acquire()
         # Bind early: a second daemon sees a live socket, clients get "starting" not "absent".
         socket_server = SocketServer(settings.socket_path, self.dispatcher)
@@ -245,6 +247,7 @@ class Server:
                 name="recalld-scheduler",
             )
             group.create_task(self._watch_loop(), name="recalld-watcher")
+            group.create_task(self._watch_store_files(), name="recalld-store-files")
             await self.should_exit.wait()
             logger.info("shutting down")
             self.dispatcher.shutting_down = True
@@ -265,6 +268,18 @@ class Server:
                     group.create_task(self._rescan_later(new))
                 watched = set(roots)
                 await self.watcher.run(roots, self._watch_stop)
+
+    async def _watch_store_files(self) -> None:
+        # A deleted `-wal` is noticed (and what it holds saved) even when nothing writes.
+        assert self.memory is not None
+        while not self.should_exit.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(STORE_FILES_CHECK_S):
+                    await self.should_exit.wait()
+            try:
+                await self.memory.store.check_files()
+            except StoreGoneError:
+                return  # logged; every write is refused from now on
 
     async def _rescan_later(self, roots: list[Path]) -> None:
         assert self.scheduler is not None

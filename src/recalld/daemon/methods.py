@@ -30,6 +30,7 @@ from recalld.errors import NotFoundError, RecalldError
 from recalld.ingest.watcher import SOURCE_KINDS
 from recalld.retrieval.search import MODES
 from recalld.storage import check, readers, repair
+from recalld.storage.guard import is_disk_full, os_disk_full_error, write_state
 from recalld.types import MEMORY_TYPES, Chunk, Hit
 
 if TYPE_CHECKING:
@@ -297,6 +298,7 @@ async def status(ctx: Context, params: Params, progress: Progress) -> Any:
         "ingested": ctx.scheduler.totals.as_dict(),
         "reindex": memory.reindexer.status(),
         "last_reindex": memory.reindexer.last,
+        "writes": write_state(memory.store.disk_full, memory.store.gone),
     }
 
 
@@ -360,6 +362,8 @@ def error_object(exc: BaseException, method: str = "?") -> tuple[int, str, dict[
     """Map an exception to `(code, message, data)`: the only such mapping in the daemon."""
     if isinstance(exc, InvalidParams):
         return protocol.INVALID_PARAMS, exc.message, {"param": exc.param} if exc.param else None
+    if not isinstance(exc, RecalldError) and is_disk_full(exc):
+        exc = os_disk_full_error(exc)
     if isinstance(exc, RecalldError):
         return exc.code, exc.message, {**exc.data, "type": type(exc).__name__}
     logger.error("internal error in %s", method, exc_info=exc)

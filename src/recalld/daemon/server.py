@@ -4,7 +4,8 @@
   (`sun_path` is 104 bytes on macOS, 108 on Linux).
 - On start a stale socket (nobody answers) is removed; a live one means another daemon serves
   it: `DaemonAlreadyRunning`. An exclusive `flock` on `<store>.lock` also keeps two daemons off
-  one store even when their sockets differ.
+  one store even when their sockets differ, and on Linux one on the database file itself keeps
+  them off it even through a hard link (`StoreLock`).
 - Only the daemon's own user is served: the peer's uid is read from the kernel (`SO_PEERCRED`
   on Linux, `LOCAL_PEERCRED`, which `getpeereid(3)` wraps, on macOS and FreeBSD) and any other
   uid gets -32004 and is closed. The file modes keep other users out already; this holds even
@@ -124,11 +125,25 @@ def peer_uid(sock: Any) -> int | None:
 
 
 class StoreLock:
-    """An exclusive `flock` on a file beside the store, held while the daemon runs."""
+    """An exclusive `flock` on a file beside the store, held while the daemon runs.
 
-    def __init__(self, store_path: Path) -> None:
+    The file beside the store goes by path, which a hard link or a second spelling of the
+    path gets around. So on Linux the database file itself is locked too (`identity`): a
+    flock belongs to the file (device and inode), whatever name opened it, and Linux keeps
+    flock apart from the POSIX locks SQLite takes (flock(2)), so SQLite is not disturbed.
+    BSD and macOS share one lock table between the two, so there the path lock is all.
+
+    Args:
+        store_path: The SQLite file (on PostgreSQL, the local anchor path).
+        identity: Also lock the database file itself (SQLite stores on Linux).
+    """
+
+    def __init__(self, store_path: Path, *, identity: bool = True) -> None:
+        self.store = store_path
         self.path = store_path.with_name(store_path.name + ".lock")
+        self.identity = identity and sys.platform.startswith("linux")
         self._handle: IO[str] | None = None
+        self._store_fd: int | None = None
 
     def acquire(self) -> None:
         """Take the lock.
@@ -149,6 +164,13 @@ class StoreLock:
                 "stop it first or use another store",
                 data={"lock": str(self.path)},
             ) from None
+        if self.identity:
+            try:
+                self._store_fd = _lock_file_identity(self.store)
+            except BaseException:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+                handle.close()
+                raise
         handle.seek(0)
         handle.truncate()
         handle.write(f"{os.getpid()}\n")
@@ -156,11 +178,51 @@ class StoreLock:
         self._handle = handle
 
     def release(self) -> None:
-        """Drop the lock (the file stays; a lock file that exists is harmless)."""
+        """Drop the lock (the file stays; a lock file that exists is harmless).
+
+        Call it after the store is closed: closing a descriptor of the database drops every
+        POSIX lock this process holds on it, SQLite's included.
+        """
+        if self._store_fd is not None:
+            os.close(self._store_fd)
+            self._store_fd = None
         if self._handle is not None:
             fcntl.flock(self._handle.fileno(), fcntl.LOCK_UN)
             self._handle.close()
             self._handle = None
+
+
+def _lock_file_identity(store: Path) -> int:
+    """Flock the database file itself (created empty if absent: SQLite takes an empty file as
+    a new database); returns the descriptor that holds the lock."""
+    fd = os.open(store, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        info = os.fstat(fd)
+        os.close(fd)
+        holder = _flock_holder(info.st_dev, info.st_ino)
+        raise DaemonAlreadyRunning(
+            f"another recalld ({holder}) already has {store} open under another name (a hard "
+            f"link or another path to the same file, device {info.st_dev} inode "
+            f"{info.st_ino}); two daemons on one database lose writes: stop it first",
+            data={"store": str(store), "device": info.st_dev, "inode": info.st_ino},
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _flock_holder(device: int, inode: int) -> str:
+    """'pid N' for the process holding a flock on that file, from /proc/locks if it says."""
+    key = f"{os.major(device):02x}:{os.minor(device):02x}:{inode}"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/locks").read_text().splitlines():
+            fields = line.split()
+            if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == key:
+                return f"pid {fields[4]}"
+    return "another process"
 
 
 class SocketServer:

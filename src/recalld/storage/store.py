@@ -19,10 +19,11 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from recalld.errors import ModelMismatchError, QueryError, StoreError
+from recalld.errors import ModelMismatchError, QueryError, StoreError, StoreGoneError
 from recalld.storage import reindex, schema, vectors
 from recalld.storage.backend import is_url
 from recalld.storage.connection import DatabaseError, OperationalError, connect
+from recalld.storage.guard import StoreFiles, disk_full_error, is_disk_full
 
 logger = logging.getLogger(__name__)
 
@@ -141,6 +142,11 @@ class Store:
 
     backend = "sqlite"
     schema_version = schema.SCHEMA_VERSION
+    # Write faults (storage/guard.py): the last write found the disk full (cleared by the next
+    # that succeeds); a file of the store changed under us (refuses every write from then on).
+    disk_full = False
+    gone: StoreGoneError | None = None
+    files: StoreFiles | None = None
 
     def __init__(
         self,
@@ -218,6 +224,7 @@ class Store:
         writer = await _open_connection(path, readonly=False)
         pool = [await _open_connection(path, readonly=True) for _ in range(max(1, readers))]
         store = cls(path, model_id, dimension, writer, pool, query_timeout_ms)
+        store.files = await asyncio.to_thread(StoreFiles.record, path)
         for reader in pool:
             await reader.set_progress_handler(store._make_timeout(id(reader)), 1000)
         logger.info("opened store %s (model %s, %d readers)", path, model_id, len(pool))
@@ -302,18 +309,67 @@ class Store:
 
     async def _transaction(self, fn: Callable[[Any], Awaitable[T]]) -> T:
         async with self._write_lock:
-            await self._writer.execute("BEGIN IMMEDIATE")
+            if self.gone is not None:
+                raise self.gone
             try:
-                result = await fn(self._writer)
-            except BaseException:
-                self.vectors.rollback()
-                await self._writer.execute("ROLLBACK")
-                raise
-            try:
-                await self._writer.execute("COMMIT")
-            except BaseException:
-                self.vectors.rollback()
-                raise
-            self.vectors.commit()
-            self.generation += 1
+                result = await self._commit(fn)
+            except OperationalError as exc:
+                if not is_disk_full(exc):
+                    raise
+                if not self.disk_full:
+                    logger.error("the disk holding %s is full; refusing writes: %s", self.path, exc)
+                self.disk_full = True
+                raise disk_full_error(self.path, exc) from exc
+            if self.disk_full:
+                logger.info("the disk holding %s has space again; writing", self.path)
+                self.disk_full = False
+            # Acknowledge only a commit that landed in the files a restart will read.
+            await self._check_files()
             return result
+
+    async def _commit(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+        await self._writer.execute("BEGIN IMMEDIATE")
+        try:
+            result = await fn(self._writer)
+            await self._writer.execute("COMMIT")
+        except BaseException:
+            self.vectors.rollback()
+            # A failed COMMIT (a full disk) can leave the transaction open; end it, or every
+            # later BEGIN fails.
+            if self._writer.in_transaction:
+                await self._writer.execute("ROLLBACK")
+            raise
+        self.vectors.commit()
+        self.generation += 1
+        return result
+
+    async def check_files(self) -> None:
+        """Check that the store's files are still the ones open (the daemon's watchdog calls
+        this every few seconds, so a deleted `-wal` is noticed without waiting for a write).
+
+        Raises:
+            StoreGoneError: One was deleted or replaced; every later write is refused too.
+        """
+        async with self._write_lock:
+            await self._check_files()
+
+    async def _check_files(self) -> None:
+        if self.files is None or self.gone is not None:
+            if self.gone is not None:
+                raise self.gone
+            return
+        changed = await asyncio.to_thread(self.files.changed)
+        if not changed:
+            return
+        # Save what was already acknowledged: copy the WAL, still open though unlinked, into
+        # the database file while it is still there.
+        salvaged = False
+        if self.path not in changed:
+            try:
+                row = await (await self._writer.execute("PRAGMA wal_checkpoint(FULL)")).fetchone()
+                salvaged = row is not None and row[0] == 0 and row[1] == row[2]
+            except DatabaseError as exc:
+                logger.error("could not save the WAL into %s: %s", self.path, exc)
+        self.gone = self.files.gone_error(changed, salvaged)
+        logger.error("%s", self.gone.message)
+        raise self.gone
