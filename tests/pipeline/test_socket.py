@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import stat
 from pathlib import Path
@@ -15,7 +16,7 @@ from recalld import protocol
 from recalld.client import AsyncClient, Client
 from recalld.daemon.lifecycle import STARTUP_FAILURE, Config, Server
 from recalld.errors import DaemonNotRunning
-from tests.pipeline.conftest import Running, daemon_env, start, stop
+from tests.pipeline.conftest import Running, daemon_env, start, stop, wait_until
 
 
 async def exchange(socket: Path, *lines: bytes, expect: int | None = None) -> list[dict[str, Any]]:
@@ -150,3 +151,25 @@ async def test_shutdown_refuses_new_requests(daemon: Running) -> None:
         assert answer["error"]["code"] == protocol.SHUTTING_DOWN
     finally:
         daemon.server.dispatcher.shutting_down = False
+
+
+async def test_a_client_that_leaves_does_not_stop_its_ingest(
+    daemon: Running, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that times out and closes its connection used to kill the ingest it started
+    with an internal error at the next progress message (issue 17); it now runs to the end."""
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(40):
+        (folder / f"n{i}.md").write_text(f"# Note {i}\n\nThe walrus census, count {i}.\n")
+    _, writer = await asyncio.open_unix_connection(str(daemon.socket))
+    writer.write(protocol.dumps(protocol.request(1, "ingest", {"path": str(folder)})))
+    await writer.drain()
+    writer.close()  # gone before the first progress message
+    async with daemon.client() as client:
+
+        async def all_in() -> bool:
+            return (await client.status())["counts"]["documents"] == 40
+
+        await wait_until(all_in, 30)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]

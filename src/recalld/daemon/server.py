@@ -408,6 +408,10 @@ class SocketServer:
                         "dropping a connection that stopped reading for %g s", self.idle_timeout
                     )
                     writer.transport.abort()
+                except ConnectionError:
+                    # The peer left (e.g. a client that timed out): what it asked for goes on
+                    # to the end, an ingest above all; only its messages are dropped (issue 17).
+                    writer.transport.abort()
 
         try:
             await self._read_loop(reader, send)
