@@ -47,6 +47,8 @@ def test_beir_command_reports_every_mode(tmp_path: Path):
     report = json.loads(result.stdout)
     assert set(report["modes"]) == {"bm25", "vector", "hybrid", "full"}
     assert report["modes"]["bm25"]["ndcg@10"] == 1.0
+    assert set(report["significance"]["full"]) == {"vs bm25", "vs vector"}
+    assert set(report["significance"]["full"]["vs bm25"]) == {"ndcg@10", "recall@10", "mrr@10"}
     assert report["documents"] == 3
     assert list((tmp_path / "out").glob("beir-*.json"))
 
@@ -90,6 +92,8 @@ def test_locomo_command_reports_categories_and_rejection(tmp_path: Path):
             "bm25",
             "--mode",
             "full",
+            "--variant",
+            "rrf:fusion=rrf",
             "--results",
             str(tmp_path / "out"),
             "--set",
@@ -103,6 +107,14 @@ def test_locomo_command_reports_categories_and_rejection(tmp_path: Path):
     assert full["overall"]["questions"] == 2
     assert 0.0 <= full["adversarial"]["rejected"] <= 1.0
     assert report["modes"]["bm25"]["single-hop"]["recall@10"] == 1.0
+    assert report["modes"]["bm25"]["single-hop"]["words@600"] == 1.0
+    assert set(report["modes"]["full"]["overall"]) >= {"words@150", "words@300", "words@600"}
+    # full and the variant are each compared with bm25 on every paired figure.
+    assert set(report["significance"]) == {"full", "rrf"}
+    against = report["significance"]["rrf"]["vs bm25"]
+    assert set(against) == {"recall@5", "recall@10", "words@150", "words@300", "words@600"}
+    assert 0.0 < against["recall@5"]["p"] <= 1.0
+    assert report["modes"]["rrf"]["overall"]["questions"] == 2
 
 
 def test_ablation_runs_every_variant_on_both_data_sets(tmp_path: Path):
@@ -251,3 +263,14 @@ def test_perf_without_the_peer_says_how_to_set_it_up(tmp_path: Path):
     )
     assert result.exit_code != 0
     assert "setup.sh" in result.output
+
+
+def test_locomo_budget_recall_skips_what_does_not_fit():
+    from recalld.bench.locomo import budget_recall
+
+    hits = [({"D1:1"}, 100), ({"D1:2", "D1:3"}, 300), ({"D1:3"}, 40)]
+    # 150 words: the 300-word hit is skipped, the later small one still fits.
+    assert budget_recall(hits, {"D1:1", "D1:3"}, 150) == 1.0
+    assert budget_recall(hits, {"D1:2"}, 150) == 0.0
+    assert budget_recall(hits, {"D1:2"}, 600) == 1.0
+    assert budget_recall(hits, {"D1:1", "D1:2"}, 99) == 0.0

@@ -64,6 +64,44 @@ PLOT_OPTION = click.option(
 )
 
 
+def _parse_variants(specs: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """`name:key=value,...` specs as {name: search overrides} (values JSON where they parse)."""
+    out: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        name, sep, body = spec.partition(":")
+        if not sep or not name:
+            raise click.BadParameter(f"expected name:key=value,..., got {spec!r}")
+        settings: dict[str, Any] = {}
+        for pair in filter(None, body.split(",")):
+            key, eq, raw = pair.partition("=")
+            if not eq:
+                raise click.BadParameter(f"expected key=value in {spec!r}, got {pair!r}")
+            try:
+                settings[key.strip()] = json.loads(raw)
+            except json.JSONDecodeError:
+                settings[key.strip()] = raw
+        out[name] = settings
+    return out
+
+
+VARIANT_OPTION = click.option(
+    "--variant",
+    "specs",
+    multiple=True,
+    metavar="NAME:KEY=VALUE,...",
+    help="An extra mode: the defaults with some search settings changed, e.g. "
+    "'rrf:fusion=rrf'. Compared with bm25 and vector like every mode.",
+)
+
+
+def _significance_rows(report: dict[str, Any]) -> None:
+    """Print each mode's difference from bm25 and vector with its randomization-test p."""
+    for mode, against in report["significance"].items():
+        for base, figures in against.items():
+            parts = [f"{m} {f['delta']:+.4f} (p={f['p']})" for m, f in figures.items()]
+            click.echo(f"{mode} {base}: " + ", ".join(parts))
+
+
 def REPORT_OPTIONS(command: F) -> F:
     """The options every benchmark shares: `--set`, `--results`, `--json`."""
     command = click.option("--json", "as_json", is_flag=True)(command)
@@ -106,6 +144,7 @@ def main() -> None:
     help="Keep the store here and reuse it on the next run (unchanged documents "
     "are skipped by hash).",
 )
+@VARIANT_OPTION
 @REPORT_OPTIONS
 @PLOT_OPTION
 def beir(
@@ -114,17 +153,28 @@ def beir(
     modes: tuple[str, ...],
     limit_queries: int | None,
     store_dir: Path | None,
+    specs: tuple[str, ...],
     sets: tuple[str, ...],
     results: Path,
     as_json: bool,
     plot: bool,
 ) -> None:
-    """NDCG@10, Recall@10/100, MRR@10 and latency on a BEIR folder, for every mode."""
+    """NDCG@10, Recall@10/100, MRR@10 and latency on a BEIR folder, for every mode.
+
+    Each mode's per-query NDCG@10, Recall@10 and MRR@10 are compared with bm25's and vector's
+    by a paired randomization test (10,000 sign flips); the p-values are in the report.
+    """
     from recalld.bench import beir as beir_bench
 
     report = asyncio.run(
         beir_bench.run(
-            folder, split, list(modes), limit_queries, _workdir(store_dir), _overrides(sets)
+            folder,
+            split,
+            list(modes),
+            limit_queries,
+            _workdir(store_dir),
+            _overrides(sets),
+            _parse_variants(specs),
         )
     )
     header = ["mode", "ndcg@10", "recall@10", "recall@100", "mrr@10", "p50 ms", "p95 ms"]
@@ -141,6 +191,8 @@ def beir(
         for m, r in report["modes"].items()
     ]
     _emit("beir", report, as_json, results, rows, header, plot)
+    if not as_json:
+        _significance_rows(report)
 
 
 @main.command()
@@ -165,6 +217,7 @@ def beir(
     default=None,
     help="Keep each conversation's store here and reuse it on the next run.",
 )
+@VARIANT_OPTION
 @REPORT_OPTIONS
 @PLOT_OPTION
 def locomo(
@@ -172,18 +225,32 @@ def locomo(
     granularity: str,
     modes: tuple[str, ...],
     store_dir: Path | None,
+    specs: tuple[str, ...],
     sets: tuple[str, ...],
     results: Path,
     as_json: bool,
     plot: bool,
 ) -> None:
-    """Evidence Recall@1/5/10 and MRR per category on a LoCoMo file, for every mode."""
+    """Evidence Recall@1/5/10, MRR and recall at 150/300/600 returned words, per category.
+
+    Recall within a budget of returned words compares units of different sizes fairly. Each
+    mode's per-question figures are compared with bm25's and vector's by a paired
+    randomization test (10,000 sign flips); the p-values are in the report.
+    """
     from recalld.bench import locomo as locomo_bench
 
     report = asyncio.run(
-        locomo_bench.run(file, granularity, list(modes), _overrides(sets), store_dir)
+        locomo_bench.run(
+            file,
+            granularity,
+            list(modes),
+            _overrides(sets),
+            store_dir,
+            variants=_parse_variants(specs),
+        )
     )
-    header = ["mode", "category", "recall@1", "recall@5", "recall@10", "mrr", "rejected"]
+    budgets = [f"words@{b}" for b in locomo_bench.WORD_BUDGETS]
+    header = ["mode", "category", "recall@1", "recall@5", "recall@10", *budgets, "mrr", "rejected"]
     rows = []
     for mode, summary in report["modes"].items():
         for category, figures in summary.items():
@@ -196,11 +263,14 @@ def locomo(
                     figures.get("recall@1", ""),
                     figures.get("recall@5", ""),
                     figures.get("recall@10", ""),
+                    *(figures.get(b, "") for b in budgets),
                     figures.get("mrr", ""),
                     figures.get("rejected", figures.get("false_rejection", "")),
                 ]
             )
     _emit("locomo", report, as_json, results, rows, header, plot)
+    if not as_json:
+        _significance_rows(report)
 
 
 def _variants(specs: tuple[str, ...], only: tuple[str, ...]) -> dict[str, dict[str, Any]]:
@@ -211,20 +281,7 @@ def _variants(specs: tuple[str, ...], only: tuple[str, ...]) -> dict[str, dict[s
     if unknown:
         raise click.BadParameter(f"no built-in variant {unknown[0]!r}; see --help")
     out = {n: v for n, v in VARIANTS.items() if not only or n in only or n == "baseline"}
-    for spec in specs:
-        name, sep, body = spec.partition(":")
-        if not sep or not name:
-            raise click.BadParameter(f"expected name:key=value,..., got {spec!r}")
-        settings: dict[str, Any] = {}
-        for pair in filter(None, body.split(",")):
-            key, eq, raw = pair.partition("=")
-            if not eq:
-                raise click.BadParameter(f"expected key=value in {spec!r}, got {pair!r}")
-            try:
-                settings[key.strip()] = json.loads(raw)
-            except json.JSONDecodeError:
-                settings[key.strip()] = raw
-        out[name] = settings
+    out.update(_parse_variants(specs))
     return out
 
 

@@ -65,8 +65,13 @@ async def evaluate(
     qrels: dict[str, dict[str, int]],
     mode: str,
     overrides: dict[str, Any] | None = None,
+    per_query: dict[str, list[float]] | None = None,
 ) -> dict[str, Any]:
-    """Run every judged query in one mode (plus any search `overrides`) and score it."""
+    """Run every judged query in one mode (plus any search `overrides`) and score it.
+
+    With `per_query`, each query's NDCG@10, Recall@10 and MRR@10 are appended to it in qrels
+    order, for paired significance tests between modes.
+    """
     ndcg, r10, r100, mrr, latency = [], [], [], [], []
     options = {**MODES[mode], **(overrides or {})}
     # Every mode pays for its own query embeddings: a cache warmed by the mode before would
@@ -82,6 +87,9 @@ async def evaluate(
         r10.append(metrics.recall_at(ranked, relevant, 10))
         r100.append(metrics.recall_at(ranked, relevant, 100))
         mrr.append(metrics.mrr_at(ranked, relevant, 10))
+    if per_query is not None:
+        for key, values in (("ndcg@10", ndcg), ("recall@10", r10), ("mrr@10", mrr)):
+            per_query.setdefault(key, []).extend(values)
     return {
         "ndcg@10": round(metrics.mean(ndcg), 4),
         "recall@10": round(metrics.mean(r10), 4),
@@ -100,8 +108,13 @@ async def run(
     limit_queries: int | None,
     workdir: Path,
     overrides: dict[str, str],
+    variants: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Ingest a BEIR corpus into the store in `workdir` and evaluate every mode."""
+    """Ingest a BEIR corpus into the store in `workdir` and evaluate every mode.
+
+    `variants` are extra modes: the shipped defaults (`full`) with some search settings changed.
+    Every mode and variant is compared with bm25 and vector by a paired randomization test.
+    """
     corpus, queries, qrels = load_beir(folder, split)
     if limit_queries:
         qrels = dict(list(qrels.items())[:limit_queries])
@@ -112,9 +125,14 @@ async def run(
         ingest_s = await ingest_corpus(memory, corpus)
         counts = await memory.counts()
         results = {}
-        for mode in modes:
-            results[mode] = await evaluate(memory, queries, qrels, mode)
-            print(f"{mode}: {results[mode]}", file=sys.stderr)
+        paired: dict[str, dict[str, list[float]]] = {}
+        runs: list[tuple[str, str, dict[str, Any]]] = [(m, m, {}) for m in modes] + [
+            (n, "full", v) for n, v in (variants or {}).items()
+        ]
+        for name, mode, changed in runs:
+            paired[name] = {}
+            results[name] = await evaluate(memory, queries, qrels, mode, changed, paired[name])
+            print(f"{name}: {results[name]}", file=sys.stderr)
     finally:
         await memory.close()
     return {
@@ -125,5 +143,7 @@ async def run(
         "chunks": counts["chunks"],
         "ingest_seconds": round(ingest_s, 1),
         "overrides": overrides,
+        "variants": variants or {},
         "modes": results,
+        "significance": metrics.significance(paired),
     }

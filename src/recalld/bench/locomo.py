@@ -1,7 +1,11 @@
 """LoCoMo evidence recall: each conversation in its own store, questions searched in theirs.
 
 A returned chunk is a hit when the turns it covers (its `dia_ids`: a session's turns, a round's,
-or the round a fact was extracted from) include an evidence turn. Category 5 questions have no
+or the round a fact was extracted from) include an evidence turn. Recall@k rewards big units
+(a returned session covers ~26 turns, a round ~2), so recall is also measured at an equal
+budget of returned words (`words@150/300/600`): hits are taken best first while their texts
+fit the budget, a hit that does not fit is skipped (as `budget_tokens` packing does), and the
+evidence turns the kept hits cover are counted. Category 5 questions have no
 answer in the conversation: for them the figure is the share the gate rejects, reported beside
 the share of answerable questions (categories 1-4) it wrongly rejects.
 """
@@ -32,6 +36,10 @@ TIME_SUBSET = "with-time-expression"
 _ANY_ANCHOR = datetime(2000, 1, 1, tzinfo=UTC)  # whether a question has time words at all
 Scores = defaultdict[str, defaultdict[str, list[float]]]
 _DIA_ID = re.compile(r"D\d+:\d+")
+WORD_BUDGETS = (150, 300, 600)
+SEARCH_LIMIT = 50  # enough hits to fill the largest word budget with turn-sized chunks
+# The per-question figures compared between modes by the paired randomization test.
+PAIRED_METRICS = ("recall@5", "recall@10", *(f"words@{b}" for b in WORD_BUDGETS))
 
 
 def evidence_ids(qa: dict[str, Any]) -> set[str]:
@@ -49,6 +57,18 @@ def _covered(hit_dia_ids: list[set[str]], evidence: set[str], k: int) -> float:
     return len(covered) / len(evidence)
 
 
+def budget_recall(hits: list[tuple[set[str], int]], evidence: set[str], budget: int) -> float:
+    """Evidence recall of the hits (turn ids, words) kept best first within `budget` words."""
+    covered: set[str] = set()
+    used = 0
+    for ids, words in hits:
+        if used + words > budget:
+            continue
+        used += words
+        covered |= ids & evidence
+    return len(covered) / len(evidence)
+
+
 async def evaluate_conversation(
     memory: AsyncMemory,
     sample: dict[str, Any],
@@ -57,8 +77,13 @@ async def evaluate_conversation(
     scores: Scores,
     latency: list[float],
     overrides: dict[str, Any] | None = None,
+    paired: dict[str, list[float]] | None = None,
 ) -> None:
-    """Search every question of one conversation in one mode and add up its scores."""
+    """Search every question of one conversation in one mode and add up its scores.
+
+    With `paired`, each answerable question's `PAIRED_METRICS` are appended to it in question
+    order, for paired significance tests between modes.
+    """
     filters = Filters() if granularity == "all" else Filters(granularities=(granularity,))
     options = {**MODES[mode], **(overrides or {})}
     # Every mode pays for its own query embeddings (see bench.beir.evaluate).
@@ -68,7 +93,7 @@ async def evaluate_conversation(
         evidence = evidence_ids(qa)
         started = time.perf_counter()
         result = await memory.searcher.search(
-            str(qa["question"]), limit=10, filters=filters, **options
+            str(qa["question"]), limit=SEARCH_LIMIT, filters=filters, **options
         )
         latency.append((time.perf_counter() - started) * 1000)
         bucket = scores[category]
@@ -76,7 +101,9 @@ async def evaluate_conversation(
         if category == "adversarial" or not evidence:
             continue
         hit_ids = [set(h.chunk.meta.get("dia_ids") or []) for h in result.hits]
-        first = next((r for r, ids in enumerate(hit_ids, 1) if ids & evidence), None)
+        words = [len(h.chunk.text.split()) for h in result.hits]
+        sized = list(zip(hit_ids, words, strict=True))
+        first = next((r for r, ids in enumerate(hit_ids[:10], 1) if ids & evidence), None)
         # Questions whose wording the time parser reads (any category) are also scored on
         # their own, whether or not the stage is on: it can only move these.
         worded = not timeparse.parse(str(qa["question"]), _ANY_ANCHOR).is_empty()
@@ -84,8 +111,13 @@ async def evaluate_conversation(
         for b in buckets:
             for k in (1, 5, 10):
                 b[f"recall@{k}"].append(_covered(hit_ids, evidence, k))
+            for budget in WORD_BUDGETS:
+                b[f"words@{budget}"].append(budget_recall(sized, evidence, budget))
             b["hit@5"].append(1.0 if first is not None and first <= 5 else 0.0)
             b["mrr"].append(1.0 / first if first else 0.0)
+        if paired is not None:
+            for key in PAIRED_METRICS:
+                paired.setdefault(key, []).append(bucket[key][-1])
 
 
 def summarise(scores: Scores, latency: list[float]) -> dict[str, Any]:
@@ -120,16 +152,25 @@ async def run(
     overrides: dict[str, str],
     store_dir: Path | None = None,
     embedder: Embedder | None = None,
+    variants: dict[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """Ingest each conversation into its own store and evaluate every mode.
 
     With `store_dir`, each conversation's store is kept in a subfolder and reused next time.
+    `variants` are extra modes: the shipped defaults (`full`) with some search settings
+    changed. Every mode and variant is compared with bm25 and vector on the answerable
+    questions by a paired randomization test.
     """
     samples = json.loads(await asyncio.to_thread(file.read_text, "utf-8"))
     if isinstance(samples, dict):
         samples = [samples]
-    scores: dict[str, Scores] = {m: defaultdict(lambda: defaultdict(list)) for m in modes}
-    latency: dict[str, list[float]] = {m: [] for m in modes}
+    runs: list[tuple[str, str, dict[str, Any]]] = [(m, m, {}) for m in modes] + [
+        (n, "full", v) for n, v in (variants or {}).items()
+    ]
+    names = [name for name, _, _ in runs]
+    scores: dict[str, Scores] = {m: defaultdict(lambda: defaultdict(list)) for m in names}
+    latency: dict[str, list[float]] = {m: [] for m in names}
+    paired: dict[str, dict[str, list[float]]] = {m: {} for m in names}
     chunks = 0
     ingest_s = 0.0
     for sample in samples:
@@ -149,9 +190,16 @@ async def run(
                 )
                 ingest_s += time.perf_counter() - started
                 chunks += (await memory.counts())["chunks"]
-                for mode in modes:
+                for name, mode, changed in runs:
                     await evaluate_conversation(
-                        memory, sample, mode, granularity, scores[mode], latency[mode]
+                        memory,
+                        sample,
+                        mode,
+                        granularity,
+                        scores[name],
+                        latency[name],
+                        changed,
+                        paired[name],
                     )
             finally:
                 await memory.close()
@@ -165,5 +213,8 @@ async def run(
         "chunks": chunks,
         "ingest_seconds": round(ingest_s, 1),
         "overrides": overrides,
-        "modes": {m: summarise(scores[m], latency[m]) for m in modes},
+        "variants": variants or {},
+        "word_budgets": list(WORD_BUDGETS),
+        "modes": {m: summarise(scores[m], latency[m]) for m in names},
+        "significance": metrics.significance(paired),
     }

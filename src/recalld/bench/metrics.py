@@ -6,6 +6,8 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 
 def ndcg_at(ranked: Sequence[str], relevance: Mapping[str, int], k: int) -> float:
     """NDCG@k with graded relevance and the log2(rank + 1) discount (BEIR's trec_eval)."""
@@ -51,3 +53,58 @@ def percentile(values: Sequence[float], q: float) -> float:
 def mean(values: Sequence[float]) -> float:
     """The arithmetic mean; 0 for no values."""
     return statistics.fmean(values) if values else 0.0
+
+
+def randomization_p(
+    a: Sequence[float], b: Sequence[float], rounds: int = 10_000, seed: int = 0
+) -> float:
+    """Two-sided p-value of a paired randomization (sign-flip) test on mean(a) - mean(b).
+
+    Under the null hypothesis the two systems are exchangeable on every query, so each paired
+    difference is as likely to have the opposite sign. The p-value is the share of `rounds`
+    random sign assignments whose mean difference is at least as far from 0 as the observed
+    one (with the observed assignment counted, so it is never 0). The seed makes it repeatable.
+    """
+    if len(a) != len(b):
+        raise ValueError(f"paired scores differ in length: {len(a)} and {len(b)}")
+    diffs = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    if not len(diffs) or not np.any(diffs):
+        return 1.0
+    observed = abs(float(diffs.mean())) - 1e-12  # ties count as "as extreme"
+    rng = np.random.default_rng(seed)
+    extreme = 0
+    done = 0
+    while done < rounds:
+        batch = min(1000, rounds - done)
+        signs = rng.integers(0, 2, size=(batch, len(diffs)), dtype=np.int8) * 2 - 1
+        extreme += int(np.count_nonzero(np.abs(signs @ diffs) / len(diffs) >= observed))
+        done += batch
+    return (extreme + 1) / (rounds + 1)
+
+
+def significance(
+    paired: Mapping[str, Mapping[str, Sequence[float]]],
+    baselines: Sequence[str] = ("bm25", "vector"),
+) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """Every mode against every baseline on every metric: the mean difference and its p-value.
+
+    Args:
+        paired: Mode to metric to per-query scores, in the same query order for every mode.
+        baselines: The modes each other mode is compared with (those that ran).
+
+    Returns:
+        `{mode: {"vs bm25": {metric: {"delta": …, "p": …}}}}`.
+    """
+    out: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
+    for mode, scores in paired.items():
+        for base in baselines:
+            if base == mode or base not in paired:
+                continue
+            against = out.setdefault(mode, {}).setdefault(f"vs {base}", {})
+            for metric, values in scores.items():
+                other = paired[base][metric]
+                against[metric] = {
+                    "delta": round(mean(values) - mean(other), 4),
+                    "p": round(randomization_p(values, other), 4),
+                }
+    return out
