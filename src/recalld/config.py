@@ -198,6 +198,18 @@ class DaemonSettings:
 
 
 @dataclass(frozen=True)
+class PrivacySettings:
+    """What may enter the store and what is redacted on the way (issue 16)."""
+
+    ignore_files: bool = True  # honour .gitignore, .ignore and .recalldignore in every folder
+    exclude: tuple[str, ...] = ()  # gitignore-style patterns, relative to every source
+    deny_secret_files: bool = True  # `.env*`, private keys, credential files, histories, ...
+    symlinks: str = "inside"  # inside (target in a watched folder) | never | all
+    redact: bool = True  # replace keys, tokens and passwords in text before storing it
+    redact_entropy: bool = True  # also long random-looking strings in assignments
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every effective setting, resolved once and passed down."""
 
@@ -211,6 +223,7 @@ class Settings:
     search: SearchSettings = field(default_factory=SearchSettings)
     links: LinkSettings = field(default_factory=LinkSettings)
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
+    privacy: PrivacySettings = field(default_factory=PrivacySettings)
 
     @property
     def store_url(self) -> str:

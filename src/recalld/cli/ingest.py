@@ -18,22 +18,40 @@ SOURCE_KINDS = ("auto", "documents", "code", "conversations")
 
 
 def _summary(report: dict[str, Any]) -> str:
+    refused = f", {report['refused']} refused" if report.get("refused") else ""
     return (
         f"{report['files']} files: {report['ingested']} ingested, "
         f"{report['unchanged']} unchanged, {report['empty']} empty, "
-        f"{report['failed']} failed; {report['chunks']} chunks "
+        f"{report['failed']} failed{refused}; {report['chunks']} chunks "
         f"({report['embedded']} embedded)"
     )
 
 
+_EXCLUDE_HELP = "Leave out files matching this gitignore-style pattern (repeatable)."
+
+
 @click.command()
 @click.argument("path", type=click.Path(exists=True))
+@click.option("--exclude", multiple=True, metavar="PATTERN", help=_EXCLUDE_HELP)
+@click.option(
+    "--allow-secrets",
+    is_flag=True,
+    help="Let in secret-bearing files (.env, private keys, ...) and store text unredacted.",
+)
 @client_command
 @pass_client
-def ingest(client: Client, path: str, as_json: bool) -> None:
-    """Ingest a file or a folder now (watched or not)."""
+def ingest(
+    client: Client, path: str, exclude: tuple[str, ...], allow_secrets: bool, as_json: bool
+) -> None:
+    """Ingest a file or a folder now (watched or not).
+
+    A folder's .gitignore, .ignore and .recalldignore files are honoured; a file named here
+    is ingested even if they ignore it. Secret-bearing files are never ingested and keys and
+    tokens in text are redacted, unless --allow-secrets.
+    """
+    options: dict[str, Any] = {"exclude": exclude, "allow_secrets": allow_secrets}
     if as_json or not sys.stderr.isatty():
-        report = client.ingest(path)
+        report = client.ingest(path, **options)
     else:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
@@ -49,7 +67,7 @@ def ingest(client: Client, path: str, as_json: bool) -> None:
             def on_progress(params: dict[str, Any]) -> None:
                 bar.update(task, completed=params.get("done", 0), total=params.get("total"))
 
-            report = client.ingest(path, on_progress=on_progress)
+            report = client.ingest(path, on_progress=on_progress, **options)
 
     def render(out: Console) -> None:
         out.print(_summary(report))
@@ -57,7 +75,7 @@ def ingest(client: Client, path: str, as_json: bool) -> None:
             out.print(f"  {error['path']}: {error['type']}: {error['message']}", markup=False)
 
     emit(report, as_json, render)
-    if report.get("failed"):
+    if report.get("failed") or report.get("refused"):
         sys.exit(1)
 
 
@@ -92,11 +110,18 @@ def sources_list(client: Client, as_json: bool) -> None:
     show_default=True,
     help="conversations: only JSON/JSONL logs; others: every supported file.",
 )
+@click.option("--exclude", multiple=True, metavar="PATTERN", help=_EXCLUDE_HELP)
 @client_command
 @pass_client
-def sources_add(client: Client, folder: str, kind: str, as_json: bool) -> None:
-    """Watch FOLDER from now on (it is scanned at once)."""
-    added = client.sources_add(folder, kind=kind)
+def sources_add(
+    client: Client, folder: str, kind: str, exclude: tuple[str, ...], as_json: bool
+) -> None:
+    """Watch FOLDER from now on (it is scanned at once).
+
+    Its .gitignore, .ignore and .recalldignore files (in every subfolder) are honoured, and
+    secret-bearing files (.env, private keys, credential files, ...) never enter.
+    """
+    added = client.sources_add(folder, kind=kind, exclude=exclude)
     emit(added, as_json, lambda out: out.print(f"Watching {added['path']} ({added['kind']})."))
 
 

@@ -260,12 +260,21 @@ class Client:
         return result
 
     def ingest(
-        self, path: str | os.PathLike[str], *, on_progress: ProgressCallback | None = None
+        self,
+        path: str | os.PathLike[str],
+        *,
+        on_progress: ProgressCallback | None = None,
+        exclude: Sequence[str] = (),
+        allow_secrets: bool = False,
     ) -> dict[str, Any]:
-        """Ingest a file or folder now; progress goes to `on_progress`."""
-        result: dict[str, Any] = self.call(
-            "ingest", {"path": absolute(path)}, on_progress=on_progress
-        )
+        """Ingest a file or folder now; progress goes to `on_progress`. `exclude` adds
+        gitignore-style patterns; `allow_secrets` lets in deny-listed files unredacted."""
+        params: dict[str, Any] = {"path": absolute(path)}
+        if exclude:
+            params["exclude"] = list(exclude)
+        if allow_secrets:
+            params["allow_secrets"] = True
+        result: dict[str, Any] = self.call("ingest", params, on_progress=on_progress)
         return result
 
     def sources_list(self) -> list[dict[str, Any]]:
@@ -273,9 +282,14 @@ class Client:
         result: list[dict[str, Any]] = self.call("sources/list")["sources"]
         return result
 
-    def sources_add(self, path: str | os.PathLike[str], *, kind: str = "auto") -> dict[str, Any]:
-        """Watch a folder from now on."""
-        result: dict[str, Any] = self.call("sources/add", {"path": absolute(path), "kind": kind})
+    def sources_add(
+        self, path: str | os.PathLike[str], *, kind: str = "auto", exclude: Sequence[str] = ()
+    ) -> dict[str, Any]:
+        """Watch a folder from now on, without what matches `exclude` (gitignore-style)."""
+        params: dict[str, Any] = {"path": absolute(path), "kind": kind}
+        if exclude:
+            params["exclude"] = list(exclude)
+        result: dict[str, Any] = self.call("sources/add", params)
         return result
 
     def sources_remove(

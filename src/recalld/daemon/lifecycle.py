@@ -36,6 +36,7 @@ from recalld.daemon.server import SocketServer, StoreLock
 from recalld.daemon.sources import SOURCES_FILE, SourceRegistry
 from recalld.embeddings.base import Embedder
 from recalld.errors import RecalldError, StoreGoneError
+from recalld.ingest.admission import Admission
 from recalld.ingest.scheduler import Scheduler
 from recalld.ingest.watcher import PathFilter, Watcher
 from recalld.storage import readers
@@ -197,7 +198,11 @@ class Server:
         wanted = PathFilter(
             excluded=[settings.store_path, self._lock.path, Path(settings.data_dir) / SOURCES_FILE]
         )
-        self.scheduler = Scheduler(self.memory.ingestor, wanted, debounce=self.config.debounce)
+        sources = self.sources
+        admission = Admission(settings.privacy, roots=lambda: [s.path for s in sources.all()])
+        self.scheduler = Scheduler(
+            self.memory.ingestor, wanted, debounce=self.config.debounce, admission=admission
+        )
         self.scheduler.sources = tuple(self.sources.all())
         self.watcher = Watcher(self.scheduler.notify, wanted)
         self.dispatcher.context = Context(
@@ -319,6 +324,12 @@ class Server:
         before_roots = {s.path for s in self.sources.all()}
         self.sources.apply_settings(new)
         self.memory.searcher.settings = new.search
+        assert self.scheduler is not None
+        try:
+            roots = self.scheduler.admission.roots
+            self.scheduler.admission = Admission(new.privacy, roots=roots)
+        except RecalldError as exc:
+            logger.error("keeping the old privacy settings: %s", exc.message)
         self.dispatcher.context = replace(self.dispatcher.context, loaded=loaded)
         self.sources_changed()
         assert self.scheduler is not None

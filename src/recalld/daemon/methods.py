@@ -230,8 +230,12 @@ async def forget(ctx: Context, params: Params, progress: Progress) -> Any:
 async def ingest(ctx: Context, params: Params, progress: Progress) -> Any:
     """Ingest a file or folder now, with `progress` notifications."""
     path = _absolute(params, "path")
+    exclude = params.strings("exclude")
+    allow_secrets = params.boolean("allow_secrets", False)
     params.done()
-    report = await ctx.scheduler.ingest_now(path, progress)
+    report = await ctx.scheduler.ingest_now(
+        path, progress, exclude=exclude, allow_secrets=allow_secrets
+    )
     return report.as_dict()
 
 
@@ -247,8 +251,9 @@ async def sources_add(ctx: Context, params: Params, progress: Progress) -> Any:
     kind = params.string("kind", "auto")
     if kind not in SOURCE_KINDS:
         raise InvalidParams(f"param 'kind' must be one of {', '.join(SOURCE_KINDS)}", "kind")
+    exclude = params.strings("exclude")
     params.done()
-    source = ctx.sources.add(os.fspath(path), kind)
+    source = ctx.sources.add(os.fspath(path), kind, exclude)
     ctx.sources_changed()
     ctx.scheduler.scan(source.path)
     return source_dict(source)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +60,15 @@ class SourceRegistry:
             return
         for item in raw.get("sources", []):
             path = _resolve(item["path"])
-            self._runtime[path] = WatchedSource(path, item.get("kind", "auto"), "runtime")
+            exclude = tuple(str(p) for p in item.get("exclude", []))
+            self._runtime[path] = WatchedSource(path, item.get("kind", "auto"), "runtime", exclude)
 
     def _save(self) -> None:
         payload = {
             "version": 1,
             "sources": [
-                {"path": os.fspath(s.path), "kind": s.kind} for s in self._runtime.values()
+                {"path": os.fspath(s.path), "kind": s.kind, "exclude": list(s.exclude)}
+                for s in self._runtime.values()
             ],
         }
         self.file.parent.mkdir(parents=True, exist_ok=True)
@@ -80,8 +83,9 @@ class SourceRegistry:
             seen.setdefault(source.path, source)
         return list(seen.values())
 
-    def add(self, path: str, kind: str = "auto") -> WatchedSource:
-        """Watch a folder from now on (persisted).
+    def add(self, path: str, kind: str = "auto", exclude: Sequence[str] = ()) -> WatchedSource:
+        """Watch a folder from now on (persisted), without what matches `exclude`
+        (gitignore-style patterns relative to the folder).
 
         Raises:
             ConfigError: The kind is unknown.
@@ -98,7 +102,7 @@ class SourceRegistry:
                 f"{resolved} is not a folder; create it or pass another path",
                 data={"path": os.fspath(resolved)},
             )
-        source = WatchedSource(resolved, kind, "runtime")
+        source = WatchedSource(resolved, kind, "runtime", tuple(exclude))
         self._runtime[resolved] = source
         self._save()
         logger.info("added source %s (%s)", resolved, kind)
@@ -141,9 +145,12 @@ def _has_kind(entry: str) -> bool:
 
 def source_dict(source: WatchedSource) -> dict[str, Any]:
     """A source as the protocol returns it."""
-    return {
+    out: dict[str, Any] = {
         "path": os.fspath(source.path),
         "kind": source.kind,
         "origin": source.origin,
         "exists": source.path.is_dir(),
     }
+    if source.exclude:
+        out["exclude"] = list(source.exclude)
+    return out

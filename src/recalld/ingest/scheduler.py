@@ -26,13 +26,15 @@ import contextlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from stat import S_ISREG
 from typing import Any
 
+from recalld.config import PrivacySettings
 from recalld.errors import EmbeddingError, IngestError, NotFoundError, RecalldError
+from recalld.ingest.admission import IGNORE_FILES, Admission, Scope
 from recalld.ingest.pipeline import Ingestor, IngestReport, content_hash, replace_error
 from recalld.ingest.watcher import FileState, PathFilter, WatchedSource, accepts, walk
 from recalld.storage import readers, writer
@@ -69,6 +71,7 @@ class BatchReport:
     chunks: int = 0
     embedded: int = 0
     retrying: int = 0  # embedding failed; the file is retried later
+    refused: int = 0  # named explicitly but kept out (the secret deny-list)
     errors: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, other: BatchReport) -> None:
@@ -84,6 +87,7 @@ class BatchReport:
             "chunks",
             "embedded",
             "retrying",
+            "refused",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         room = MAX_REPORTED_ERRORS - len(self.errors)
@@ -163,6 +167,8 @@ class Scheduler:
         max_delay: Longest a busy path waits.
         queue_size: Bound of the job queue.
         batch_files: Files ingested together (sharing embedding batches).
+        admission: Ignore files, excludes, the deny-list and the symlink rule; default: the
+            default `privacy` settings, symlinks kept inside the watched folders.
     """
 
     def __init__(
@@ -170,6 +176,7 @@ class Scheduler:
         ingestor: Ingestor,
         wanted: PathFilter,
         *,
+        admission: Admission | None = None,
         debounce: float = 0.3,
         max_delay: float = 5.0,
         queue_size: int = 1024,
@@ -181,6 +188,9 @@ class Scheduler:
         self.max_delay = max_delay
         self.batch_files = batch_files
         self.sources: tuple[WatchedSource, ...] = ()
+        self.admission = admission or Admission(
+            PrivacySettings(), roots=lambda: [s.path for s in self.sources]
+        )
         self.totals = BatchReport()
         self._pending: dict[Path, tuple[bool, float, float]] = {}
         self._wake = asyncio.Event()
@@ -221,6 +231,13 @@ class Scheduler:
                 if best is None or len(source.path.parts) > len(best.path.parts):
                     best = source
         return best
+
+    def scope_for(self, path: Path) -> Scope | None:
+        """The admission rules of the watched source that holds `path`, if any."""
+        source = self.source_for(path)
+        if source is None:
+            return None
+        return self.admission.scope(source.path, source.exclude)
 
     # -- state -----------------------------------------------------------------------------
 
@@ -342,7 +359,7 @@ class Scheduler:
             if doc.source == prefix or doc.source.startswith(prefix.rstrip(os.sep) + os.sep):
                 stored[doc.source] = (doc.mtime, doc.size, doc.state)
         queued = seen = 0
-        async for state in walk(root, self.wanted):
+        async for state in walk(root, self.wanted, self.scope_for(root)):
             seen += 1
             key = os.fspath(state.path)
             known = stored.pop(key, None)
@@ -400,13 +417,21 @@ class Scheduler:
     # -- processing ------------------------------------------------------------------------
 
     async def ingest_now(
-        self, root: Path, progress: Callable[[dict[str, Any]], Awaitable[None]] | None = None
+        self,
+        root: Path,
+        progress: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+        *,
+        exclude: Sequence[str] = (),
+        allow_secrets: bool = False,
     ) -> BatchReport:
         """Ingest a file or every file under a folder now, whether watched or not.
 
         Args:
-            root: A file (ingested even if the ignore rules would skip it) or a folder.
+            root: A file (ingested even if the ignore rules would skip it) or a folder (its
+                ignore files, the excludes and the symlink rule apply).
             progress: Awaited after each batch with `{"done", "total", "path"}`.
+            exclude: More gitignore-style patterns, relative to a folder `root`.
+            allow_secrets: Let in files on the secret deny-list.
 
         Raises:
             NotFoundError: `root` does not exist.
@@ -414,17 +439,18 @@ class Scheduler:
         exists, is_file = await asyncio.to_thread(lambda: (root.exists(), root.is_file()))
         if not exists:
             raise NotFoundError(f"{root} does not exist", data={"path": str(root)})
+        scope = self.admission.scope(root, exclude, allow_secrets=allow_secrets)
         if is_file:
             total = 1
         else:
             total = 0
-            async for _ in walk(root, self.wanted):
+            async for _ in walk(root, self.wanted, scope):
                 total += 1
         report = BatchReport()
         batch: list[Job] = []
 
         async def flush() -> None:
-            report.add(await self.process(batch, explicit=True))
+            report.add(await self.process(batch, explicit=True, allow_secrets=allow_secrets))
             if progress is not None:
                 await progress(
                     {
@@ -438,7 +464,7 @@ class Scheduler:
         if is_file:
             batch.append(Job(root))
         else:
-            async for state in walk(root, self.wanted):
+            async for state in walk(root, self.wanted, scope):
                 batch.append(Job(state.path))
                 if len(batch) >= self.batch_files:
                     await flush()
@@ -454,13 +480,17 @@ class Scheduler:
         )
         return report
 
-    async def process(self, jobs: Iterable[Job], *, explicit: bool = False) -> BatchReport:
+    async def process(
+        self, jobs: Iterable[Job], *, explicit: bool = False, allow_secrets: bool = False
+    ) -> BatchReport:
         """Bring each job's path in line with the store.
 
         Args:
             jobs: Paths to ingest, or to remove when they no longer exist.
             explicit: Asked for by a client: skip the ignore rules and source kinds, and do not
                 follow folders (a watcher event on a folder queues a scan of it instead).
+                The deny-list of secret-bearing files still applies.
+            allow_secrets: Let in files on the deny-list too.
         """
         report = BatchReport()
         latest: dict[Path, Job] = {}
@@ -474,6 +504,16 @@ class Scheduler:
                 continue
             source = None if explicit else self.source_for(path)
             if source is not None and not accepts(source.kind, path):
+                continue
+            if source is not None and path.name in IGNORE_FILES:
+                self.scan(path.parent)  # what its rules now let in or keep out
+            refusal = await asyncio.to_thread(self._refusal, path, source, allow_secrets)
+            if refusal is not None:
+                if explicit:
+                    await self._refuse(report, os.fspath(path), refusal)
+                else:
+                    # What is now kept out leaves the store (a folder: all it holds).
+                    gone.append(os.fspath(path))
                 continue
             try:
                 found = await asyncio.to_thread(_read, path, self.ingestor.max_file_bytes)
@@ -491,6 +531,19 @@ class Scheduler:
         if reads:
             await self._ingest(reads, report, explicit)
         return report
+
+    def _refusal(self, path: Path, source: WatchedSource | None, allow_secrets: bool) -> str | None:
+        """Why a changed or named path may not enter (blocking)."""
+        if source is None:
+            return self.admission.explicit_refusal(path, allow_secrets=allow_secrets)
+        return self.admission.scope(source.path, source.exclude).path_refusal(path)
+
+    async def _refuse(self, report: BatchReport, source: str, reason: str) -> None:
+        logger.info("not ingesting %s: %s", source, reason)
+        report.files += 1
+        report.refused += 1
+        if len(report.errors) < MAX_REPORTED_ERRORS:
+            report.errors.append({"path": source, "type": "Refused", "message": reason})
 
     async def _remove(self, gone: list[str], reads: list[_Read], report: BatchReport) -> None:
         if not gone:

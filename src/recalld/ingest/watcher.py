@@ -28,6 +28,8 @@ from pathlib import Path
 
 import watchfiles
 
+from recalld.ingest.admission import Rules, Scope
+
 logger = logging.getLogger(__name__)
 
 IGNORED_DIRS = frozenset(
@@ -88,11 +90,13 @@ class WatchedSource:
         path: The folder, absolute and resolved.
         kind: One of `SOURCE_KINDS`; `conversations` only takes JSON and JSONL logs.
         origin: `config` (daemon.watch), `runtime` (added over the socket) or `drop`.
+        exclude: The source's own exclude patterns (`sources add --exclude`).
     """
 
     path: Path
     kind: str = "auto"
     origin: str = "runtime"
+    exclude: tuple[str, ...] = ()  # gitignore-style patterns, relative to `path`
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,9 +145,11 @@ class PathFilter:
         return not is_ignored_name(parts[-1], is_dir=False) if parts else False
 
 
-def _list_dir(folder: Path, wanted: PathFilter) -> tuple[list[FileState], list[Path]]:
+def _list_dir(
+    folder: Path, wanted: PathFilter, scope: Scope | None, inherited: Rules
+) -> tuple[list[FileState], list[tuple[Path, Rules]]]:
     files: list[FileState] = []
-    folders: list[Path] = []
+    folders: list[tuple[Path, Rules]] = []
     try:
         entries = list(os.scandir(folder))
     except OSError as exc:
@@ -151,20 +157,29 @@ def _list_dir(folder: Path, wanted: PathFilter) -> tuple[list[FileState], list[P
         return files, folders
     if any(e.name == "pyvenv.cfg" for e in entries):
         return files, folders  # a virtualenv
+    rules = scope.rules_in(folder, inherited) if scope is not None else ()
     for entry in entries:
         try:
+            path = Path(entry.path)
             if entry.is_dir(follow_symlinks=False):
-                if not is_ignored_name(entry.name, is_dir=True):
-                    folders.append(Path(entry.path))
+                if not is_ignored_name(entry.name, is_dir=True) and (
+                    scope is None or scope.refusal(path, rules, is_dir=True) is None
+                ):
+                    folders.append((path, rules))
             elif is_ignored_name(entry.name, is_dir=False) or not wanted.wanted(entry.path):
+                continue
+            elif scope is not None and (
+                scope.refusal(path, rules, is_dir=False) is not None
+                or (entry.is_symlink() and scope.symlink_refusal(path) is not None)
+            ):
                 continue
             elif _regular_file(entry):
                 stat = entry.stat()
-                files.append(FileState(Path(entry.path), stat.st_mtime, stat.st_size))
+                files.append(FileState(path, stat.st_mtime, stat.st_size))
             elif _never_readable(entry):
                 # Listed so that the scheduler records why it is skipped (issue 6).
                 stat = entry.stat(follow_symlinks=False)
-                files.append(FileState(Path(entry.path), stat.st_mtime, stat.st_size))
+                files.append(FileState(path, stat.st_mtime, stat.st_size))
         except OSError:
             continue  # vanished while listing; its event follows
     return files, folders
@@ -187,24 +202,32 @@ def _never_readable(entry: os.DirEntry[str]) -> bool:
     return not stat_module.S_ISDIR(target.st_mode)
 
 
-async def walk(root: Path, wanted: PathFilter | None = None) -> AsyncIterator[FileState]:
+async def walk(
+    root: Path, wanted: PathFilter | None = None, scope: Scope | None = None
+) -> AsyncIterator[FileState]:
     """Every wanted file under `root`, one folder listing at a time in a worker thread.
 
-    Streams: a folder of 100k files is never held in memory as a whole.
+    With a `scope`, its admission rules apply too (ignore files, excludes, deny-list,
+    symlinks). Streams: a folder of 100k files is never held in memory as a whole.
     """
     wanted = wanted or PathFilter()
     if await asyncio.to_thread(root.is_file):
-        if wanted.wanted(os.fspath(root)):
+        if wanted.wanted(os.fspath(root)) and (
+            scope is None or await asyncio.to_thread(scope.path_refusal, root) is None
+        ):
             stat = await asyncio.to_thread(root.stat)
             yield FileState(root, stat.st_mtime, stat.st_size)
         return
-    stack = [root]
+    start = await asyncio.to_thread(scope.start, root) if scope is not None else ()
+    if start is None:
+        return  # the folder itself is ignored
+    stack: list[tuple[Path, Rules]] = [(root, start)]
     while stack:
-        folder = stack.pop()
-        files, folders = await asyncio.to_thread(_list_dir, folder, wanted)
+        folder, rules = stack.pop()
+        files, folders = await asyncio.to_thread(_list_dir, folder, wanted, scope, rules)
         for state in sorted(files, key=lambda f: f.path):
             yield state
-        stack.extend(sorted(folders, reverse=True))
+        stack.extend(sorted(folders, key=lambda f: f[0], reverse=True))
 
 
 Sink = Callable[[Path, bool], None]
