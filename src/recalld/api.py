@@ -17,6 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
 
+from recalld import private
 from recalld.config import Settings
 from recalld.embeddings.base import Embedder, load_embedder
 from recalld.errors import NotFoundError, QueryError
@@ -115,6 +116,7 @@ class AsyncMemory:
         """
         owns_embedder = embedder is None
         spec = settings.embed.model
+        await asyncio.to_thread(private.private_dir, settings.data_dir)
         if embedder is None:
             if follow_store:
                 stored = await asyncio.to_thread(stored_model, settings.store_location)

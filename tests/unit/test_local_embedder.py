@@ -216,6 +216,21 @@ def test_second_construction_reuses_the_cache(int8: LocalEmbedder, cache_dir: Pa
     ]
 
 
+def test_model_cache_is_private(int8: LocalEmbedder, tmp_path: Path) -> None:
+    # Built under the suite's umask (022 in CI): still 0600.
+    assert int8.graph_path.stat().st_mode & 0o777 == 0o600
+    # A cache from before recalld kept it private is tightened when it is used.
+    loose = tmp_path / "loose"
+    loose.mkdir(mode=0o755)
+    loose.chmod(0o755)
+    shutil.copy(int8.graph_path, loose / int8.graph_path.name)
+    (loose / int8.graph_path.name).chmod(0o644)
+    again = LocalEmbedder(cache_dir=loose)
+    again.load()
+    assert loose.stat().st_mode & 0o777 == 0o700
+    assert again.graph_path.stat().st_mode & 0o777 == 0o600
+
+
 def test_unreadable_cache_file_is_rebuilt(tmp_path: Path) -> None:
     embedder = LocalEmbedder(quantize=False, cache_dir=tmp_path)
     embedder.graph_path.write_bytes(b"not an onnx model")

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from recalld import __version__
+from recalld import __version__, private
 from recalld.api import AsyncMemory
 from recalld.config import LoadedSettings, load_settings
 from recalld.daemon.methods import Context, Dispatcher
@@ -180,6 +180,7 @@ class Server:
         """
         loaded = self.config.load()
         settings = loaded.settings
+        private.private_dir(settings.data_dir)
         self._lock = StoreLock(settings.store_path, identity=not settings.store_url)
         self._lock.acquire()
         # Bind early: a second daemon sees a live socket, clients get "starting" not "absent".

@@ -36,7 +36,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import IO, Any
 
-from recalld import protocol
+from recalld import private, protocol
 from recalld.daemon.methods import Dispatcher
 from recalld.errors import ConfigError, DaemonAlreadyRunning
 
@@ -151,7 +151,9 @@ class StoreLock:
         Raises:
             DaemonAlreadyRunning: Another process holds it.
         """
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.parent.is_dir():
+            private.private_dir(self.path.parent)
+        private.create_private(self.path)
         handle = self.path.open("a+")
         try:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)

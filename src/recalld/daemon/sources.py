@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from recalld import private
 from recalld.config import Settings
 from recalld.errors import ConfigError, NotFoundError
 from recalld.ingest.watcher import SOURCE_KINDS, WatchedSource
@@ -51,6 +52,7 @@ class SourceRegistry:
         self._configured = configured
 
     def _load(self) -> None:
+        private.private_file(self.file)
         try:
             raw = json.loads(self.file.read_text("utf-8"))
         except FileNotFoundError:
@@ -71,8 +73,9 @@ class SourceRegistry:
                 for s in self._runtime.values()
             ],
         }
-        self.file.parent.mkdir(parents=True, exist_ok=True)
+        private.private_dir(self.file.parent)
         tmp = self.file.with_suffix(".tmp")
+        private.create_private(tmp)
         tmp.write_text(json.dumps(payload, indent=2) + "\n", "utf-8")
         os.replace(tmp, self.file)
 

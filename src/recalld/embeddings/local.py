@@ -26,6 +26,7 @@ from onnxruntime.quantization import QuantType, quantize_dynamic
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
+from recalld import private
 from recalld.embeddings.base import Vectors
 from recalld.embeddings.onnx_graph import BertConfig, build_bert_graph, matmul_node_name
 from recalld.errors import EmbeddingError
@@ -175,6 +176,9 @@ class LocalEmbedder:
                 built = not self.graph_path.exists()
                 if built:
                     self._build()
+                else:  # a cache from before recalld kept it private
+                    private.private_dir(self.cache_dir)
+                    private.private_file(self.graph_path)
                 try:
                     session = self._open_session()
                 except EmbeddingError:
@@ -227,7 +231,7 @@ class LocalEmbedder:
         # either no file or a whole one, and two builders just race to publish equal files.
         tmp: Path | None = None
         try:
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            private.private_dir(self.cache_dir)
             fd, name = tempfile.mkstemp(prefix=".build-", suffix=".onnx", dir=self.cache_dir)
             os.close(fd)
             tmp = Path(name)
@@ -235,6 +239,7 @@ class LocalEmbedder:
                 _quantize(model, tmp)
             else:
                 onnx.save_model(model, str(tmp))
+            private.private_file(tmp, warn=False)  # the quantiser writes a new file
             os.replace(tmp, self.graph_path)
         except Exception as exc:
             if tmp is not None:

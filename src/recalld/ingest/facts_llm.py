@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from recalld import private
 from recalld.chunkers import Conversation, Round, Session
 from recalld.chunkers.formats.model import format_time
 from recalld.config import Secret, Settings
@@ -194,7 +195,7 @@ class FactCache:
     def _append(self, lines: str) -> None:
         assert self.path is not None
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private.private_dir(self.path.parent)
             # 0600: the facts are the user's conversations in other words.
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
             with os.fdopen(fd, "a", encoding="utf-8") as handle:

@@ -16,6 +16,7 @@ from typing import Any
 
 import sqlite_vec
 
+from recalld import private
 from recalld.errors import StoreError
 
 
@@ -55,7 +56,15 @@ def connect(path: Path | str, *, readonly: bool = False) -> Any:
     Returns:
         A DB-API connection from the chosen module, in autocommit mode (transactions are
         explicit, `BEGIN IMMEDIATE` in the writer).
+
+    The file and its `-wal` / `-shm` are kept 0600 (`recalld.private`): created so before
+    SQLite sees them (SQLite gives its companions the main file's mode), tightened if looser.
     """
+    on_disk = str(path) != ":memory:" and not str(path).startswith("file:")
+    if on_disk and not readonly:
+        if not Path(path).parent.is_dir():
+            private.private_dir(Path(path).parent)
+        private.create_private(Path(path))
     conn = sqlite.connect(str(path), isolation_level=None, check_same_thread=False, timeout=30.0)
     try:
         conn.enable_load_extension(True)
@@ -71,6 +80,8 @@ def connect(path: Path | str, *, readonly: bool = False) -> Any:
         conn.execute("PRAGMA cache_size=-65536")
         if readonly:
             conn.execute("PRAGMA query_only=1")
+        if on_disk:
+            private.tighten_store(Path(path))
     except Exception:
         conn.close()
         raise

@@ -32,8 +32,7 @@ T = TypeVar("T")
 
 def _prepare(path: Path, model_id: str, dimension: int, spec: str | None) -> None:
     """Migrate the file and stamp or check the embedding model (blocking; run in a thread)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    conn = connect(path)
+    conn = connect(path)  # creates the folder 0700 and the file 0600 when they are new
     try:
         schema.migrate(conn)
         stored = dict(conn.execute("SELECT key, value FROM meta").fetchall())
