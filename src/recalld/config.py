@@ -172,6 +172,10 @@ class SearchSettings:
     # OpenMem's status penalty (superseded x0.5, contradicted x0.3) unless the query asks
     # about the past (retrieval/status.py).
     status_penalty: bool = True
+    # Score completion (issue 14, retrieval/completion.py): a candidate only one route returned
+    # gets its real score on the other (exact cosine, or BM25 over the candidates) before
+    # fusion, instead of 0. Off: it did not win on every dev set (README, Benchmarks).
+    complete_scores: bool = False
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,11 @@ def rrf(
     return fused
 
 
+def ranked(scores: Mapping[int, float]) -> list[int]:
+    """Ids by score, best first (ties by id, so the order is repeatable)."""
+    return sorted(scores, key=lambda c: (-scores[c], c))
+
+
 def bm25_idf(doc_freq: int, total: int) -> float:
     """BM25's (always positive) inverse document frequency."""
     return math.log(1.0 + (total - doc_freq + 0.5) / (doc_freq + 0.5))

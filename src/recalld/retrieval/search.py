@@ -23,7 +23,17 @@ import numpy.typing as npt
 from recalld.config import SearchSettings
 from recalld.embeddings.base import Embedder
 from recalld.errors import EmbeddingError, QueryError, RecalldError
-from recalld.retrieval import activation, diversity, fusion, gate, packing, rerank, status, temporal
+from recalld.retrieval import (
+    activation,
+    completion,
+    diversity,
+    fusion,
+    gate,
+    packing,
+    rerank,
+    status,
+    temporal,
+)
 from recalld.retrieval.timeparse import TimeIntent, parse
 from recalld.storage import readers
 from recalld.storage.fts import match_expression, query_terms, quote_term
@@ -213,6 +223,10 @@ class Searcher:
         dfs, total = df_task.result() if df_task else ([], 0)
         coverage = await self._coverage(terms, dfs, total, kw_hits) if kw_hits else 0.0
 
+        completed = None
+        if opts.complete_scores and opts.mode == "hybrid" and (vec_hits or kw_hits):
+            completed = await self._complete(query, terms, similarity, bm25, degraded)
+
         # Fusion.
         weights = {"vector": 1.0, "bm25": 1.0}
         signal = None
@@ -231,14 +245,18 @@ class Searcher:
                     signal, opts.adaptive_midpoint, opts.adaptive_slope
                 )
                 weights = {"vector": w_vec, "bm25": w_kw}
+            route_sim, route_kw = (
+                (completed.similarity, completed.keyword) if completed else (similarity, bm25)
+            )
             if opts.fusion == "score":
-                fused = fusion.score_fusion(similarity, bm25, weights["vector"], weights["bm25"])
+                fused = fusion.score_fusion(route_sim, route_kw, weights["vector"], weights["bm25"])
             else:
-                fused = fusion.rrf(
-                    {"vector": [c for c, _ in vec_hits], "bm25": [c for c, _ in kw_hits]},
-                    weights,
-                    opts.rrf_k,
+                rankings = (
+                    {"vector": fusion.ranked(route_sim), "bm25": fusion.ranked(route_kw)}
+                    if completed
+                    else {"vector": [c for c, _ in vec_hits], "bm25": [c for c, _ in kw_hits]}
                 )
+                fused = fusion.rrf(rankings, weights, opts.rrf_k)
         order = sorted(fused, key=lambda c: (-fused[c], c))[:pool]
 
         # Gate: MemX R1 on the raw route signals, before anything reorders them.
@@ -323,6 +341,8 @@ class Searcher:
                 routes["vector"] = {"rank": vec_rank[cid], "similarity": round(similarity[cid], 4)}
             if cid in kw_rank:
                 routes["bm25"] = {"rank": kw_rank[cid], "score": round(bm25[cid], 4)}
+            if completed is not None:
+                completion.explain(routes, cid, completed)
             explain = {"routes": routes, "fused": round(fused[cid], 6), "position": position}
             if cid in factor_detail:
                 explain["factors"] = factor_detail[cid]
@@ -366,6 +386,20 @@ class Searcher:
             logger.debug("search: %d hits, %s", len(hits), summary["timings_ms"])
         return SearchResult(
             hits=hits, tier=result_tier, rejected=rejected, explain=summary, packing=packed
+        )
+
+    async def _complete(
+        self,
+        query: str,
+        terms: list[str],
+        similarity: dict[int, float],
+        bm25: dict[int, float],
+        degraded: list[str],
+    ) -> completion.Completed:
+        """Both routes' scores for every candidate (retrieval/completion.py)."""
+        vector = None if degraded else await self.embed_query(query)  # cached by the route
+        return await completion.complete(
+            self.store, vector, match_expression(terms), similarity, bm25
         )
 
     async def _coverage(

@@ -174,6 +174,25 @@ async def fts(conn: Any, expression: str, k: int, filters: Filters) -> list[tupl
 
 
 @routed
+async def keyword_scores(conn: Any, expression: str, ids: Sequence[int]) -> dict[int, float]:
+    """The keyword route's score (-bm25, as `fts` gives it) of each chunk in `ids` that matches
+    `expression`; chunks that match none of its terms are left out (their BM25 is 0).
+
+    FTS5's bm25() takes its statistics from the whole table, so these are the very scores
+    the route would have given the chunks had it returned them (score completion, issue 14).
+    """
+    if not expression or not ids:
+        return {}
+    rows = await fetchall(
+        conn,
+        "SELECT rowid, rank FROM chunks_fts WHERE chunks_fts MATCH ? "
+        "AND rowid IN (SELECT value FROM json_each(?))",
+        (expression, json.dumps(list(ids))),
+    )
+    return {int(r[0]): -float(r[1]) for r in rows}
+
+
+@routed
 async def latest_event_time(conn: Any, filters: Filters) -> float | None:
     """The latest chunk event time among chunks matching `filters` (time bounds ignored):
     "now" for the relative time expressions of a question about that scope."""

@@ -127,6 +127,28 @@ async def fts(conn: PgConn, expression: str, k: int, filters: Filters) -> list[t
     return [(int(r[0]), float(r[1])) for r in rows]
 
 
+async def keyword_scores(conn: PgConn, expression: str, ids: Sequence[int]) -> dict[int, float]:
+    """The keyword score `fts` would give each chunk in `ids` that matches `expression`."""
+    terms = terms_of(expression)
+    if not terms or not ids:
+        return {}
+    rows = await conn.fetch(
+        "WITH terms AS MATERIALIZED (SELECT q FROM (SELECT DISTINCT recalld_term(t) AS q "
+        "  FROM unnest(%s::text[]) t) x WHERE numnode(q) > 0), "
+        "total AS MATERIALIZED (SELECT CASE WHEN reltuples < 0 "
+        "  THEN (SELECT count(*) FROM chunks) ELSE reltuples::bigint END AS n "
+        "  FROM pg_class WHERE oid = 'chunks'::regclass), "
+        "weighted AS MATERIALIZED (SELECT q, "
+        "  ln(1 + (greatest(total.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf "
+        "  FROM terms CROSS JOIN total "
+        "  CROSS JOIN LATERAL (SELECT count(*) AS n FROM chunks WHERE tsv @@ terms.q) df) "
+        "SELECT c.id, sum(w.idf * ts_rank(c.tsv, w.q, 1)) AS score "
+        "FROM weighted w JOIN chunks c ON c.tsv @@ w.q WHERE c.id = ANY(%s) GROUP BY c.id",
+        [terms, list(ids)],
+    )
+    return {int(r[0]): float(r[1]) for r in rows}
+
+
 async def latest_event_time(conn: PgConn, filters: Filters) -> float | None:
     """The latest chunk event time among chunks matching `filters` (time bounds ignored)."""
     scope = dataclasses.replace(filters, since=None, until=None)

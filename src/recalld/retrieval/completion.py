@@ -1,0 +1,95 @@
+"""Score completion: every candidate of the two routes gets its real score on both (issue 14).
+
+Each route returns its top candidates only. A chunk that the keyword route ranked first but
+the vector route did not return would otherwise score 0 on the vector side of the fusion, and
+vector-only neighbours could bury it. Completion looks the missing scores up instead:
+
+    keyword-only candidate ─▶ exact cosine of its stored vector with the query vector
+    vector-only candidate  ─▶ its BM25 score, FTS5 bm25() restricted to the candidates
+                              (0 when it contains none of the query's terms: its real BM25)
+
+Both lookups are bounded by the candidate pool (at most 2 x `candidates` chunks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from recalld.storage import readers
+from recalld.storage.store import Store
+
+
+@dataclass(slots=True)
+class Completed:
+    """Both routes' scores over the union of their candidates.
+
+    Attributes:
+        similarity: Cosine similarity of every candidate (with a stored vector).
+        keyword: The keyword score of every candidate (0 for those matching no term).
+        filled: Route name to the ids whose score on that route was looked up here.
+    """
+
+    similarity: dict[int, float]
+    keyword: dict[int, float]
+    filled: dict[str, set[int]] = field(default_factory=dict)
+
+
+def cosines(
+    query: npt.NDArray[np.float32], vectors: Mapping[int, npt.NDArray[np.float32]]
+) -> dict[int, float]:
+    """Exact cosine similarity of the query with each vector (0 for a zero vector)."""
+    q = np.asarray(query, dtype=np.float32)
+    q_norm = float(np.linalg.norm(q))
+    out: dict[int, float] = {}
+    for cid, vector in vectors.items():
+        norm = float(np.linalg.norm(vector)) * q_norm
+        out[cid] = float(np.dot(vector, q)) / norm if norm > 0 else 0.0
+    return out
+
+
+async def complete(
+    store: Store,
+    query_vector: npt.NDArray[np.float32] | None,
+    expression: str,
+    similarity: Mapping[int, float],
+    keyword: Mapping[int, float],
+) -> Completed:
+    """Fill in each route's score for the candidates only the other route returned.
+
+    Args:
+        store: The store the routes searched.
+        query_vector: The query's embedding (None when the vector route was unavailable:
+            then only keyword scores are completed).
+        expression: The FTS5 expression the keyword route ran.
+        similarity: The vector route's candidates and cosine similarities.
+        keyword: The keyword route's candidates and scores.
+    """
+    sim, kw = dict(similarity), dict(keyword)
+    filled: dict[str, set[int]] = {"vector": set(), "bm25": set()}
+    need_vector = [c for c in keyword if c not in similarity] if query_vector is not None else []
+    need_keyword = [c for c in similarity if c not in keyword]
+    if need_vector:
+        vectors = await store.read(lambda c: readers.vectors_by_id(c, need_vector, store.dimension))
+        assert query_vector is not None
+        found = cosines(query_vector, vectors)
+        sim.update(found)
+        filled["vector"] = set(found)
+    if need_keyword and expression:
+        found = await store.read(lambda c: readers.keyword_scores(c, expression, need_keyword))
+        for cid in need_keyword:
+            kw[cid] = found.get(cid, 0.0)
+        filled["bm25"] = set(need_keyword)
+    return Completed(similarity=sim, keyword=kw, filled=filled)
+
+
+def explain(routes: dict[str, Any], cid: int, completed: Completed) -> None:
+    """Add the looked-up score of `cid` to its `explain` routes, marked `completed`."""
+    if cid in completed.filled.get("vector", ()):
+        routes["vector"] = {"similarity": round(completed.similarity[cid], 4), "completed": True}
+    if cid in completed.filled.get("bm25", ()):
+        routes["bm25"] = {"score": round(completed.keyword[cid], 4), "completed": True}
