@@ -15,6 +15,7 @@ from recalld.client.base import (
     DEFAULT_TIMEOUT,
     ProgressCallback,
     absolute,
+    dropped,
     error_from_object,
     export_sink,
     forget_params,
@@ -131,9 +132,15 @@ class AsyncClient:
             except TimeoutError:
                 await self.close()
                 raise DaemonError(f"no answer from the daemon within {self.timeout} s") from None
-            except (BrokenPipeError, ConnectionResetError) as exc:
+            except (BrokenPipeError, ConnectionResetError):
+                # Refused (busy) or dropped: read what the daemon said before it closed.
+                try:
+                    async with asyncio.timeout(1.0):
+                        last = await reader.readline()
+                except (OSError, TimeoutError, ValueError):
+                    last = b""
                 await self.close()
-                raise not_running(self.socket_path, exc) from None
+                raise dropped(last) from None
             except protocol.RpcError as exc:
                 await self.close()
                 raise DaemonError(f"bad message from the daemon: {exc.message}") from None

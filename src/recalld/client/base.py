@@ -11,6 +11,7 @@ from typing import Any
 from recalld import protocol
 from recalld.config import load_settings
 from recalld.errors import (
+    DaemonBusy,
     DaemonError,
     DaemonNotRunning,
     ProtocolError,
@@ -69,6 +70,8 @@ def error_from_object(error: Mapping[str, Any]) -> RecalldError:
     message = str(error.get("message") or "the daemon reported an error")
     data = dict(error.get("data") or {})
     cls = error_classes().get(str(data.pop("type", "")))
+    if cls is None and code == protocol.TOO_MANY_CONNECTIONS:
+        cls = DaemonBusy
     if cls is None:
         cls = ProtocolError if code in _PROTOCOL_CODES else DaemonError
         data["rpc_code"] = code
@@ -81,6 +84,22 @@ def not_running(path: Path, exc: OSError) -> DaemonNotRunning:
         f"recalld is not running (no daemon at {path}: {exc.strerror or exc}); "
         "start it with `recalld serve`",
         data={"socket": os.fspath(path)},
+    )
+
+
+def dropped(line: bytes) -> RecalldError:
+    """The error for a connection the daemon closed under a call: the error line it sent
+    first if one arrived (a refusal: `DaemonBusy`), else a plain `DaemonError`. The daemon
+    accepted the connection, so it is running: never `DaemonNotRunning`."""
+    try:
+        message = protocol.parse_incoming(line) if line.strip() else None
+    except protocol.RpcError:
+        message = None
+    if message is not None and message.error is not None:
+        return error_from_object(message.error)
+    return DaemonError(
+        "the daemon closed the connection before answering; it may be shutting down or "
+        "busy, see `recalld status`"
     )
 
 

@@ -16,6 +16,7 @@ from recalld.client.base import (
     DEFAULT_TIMEOUT,
     ProgressCallback,
     absolute,
+    dropped,
     error_from_object,
     export_sink,
     forget_params,
@@ -140,9 +141,15 @@ class Client:
         except TimeoutError:
             self.close()
             raise DaemonError(f"no answer from the daemon within {self.timeout} s") from None
-        except (BrokenPipeError, ConnectionResetError) as exc:
+        except (BrokenPipeError, ConnectionResetError):
+            # Refused (busy) or dropped: read what the daemon said before it closed.
+            try:
+                sock.settimeout(1.0)
+                last = reader.readline(protocol.MAX_LINE_BYTES + 1)
+            except OSError:
+                last = b""
             self.close()
-            raise not_running(self.socket_path, exc) from None
+            raise dropped(last) from None
         except protocol.RpcError as exc:
             self.close()
             raise DaemonError(f"bad message from the daemon: {exc.message}") from None

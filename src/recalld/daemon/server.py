@@ -10,10 +10,14 @@
   on Linux, `LOCAL_PEERCRED`, which `getpeereid(3)` wraps, on macOS and FreeBSD) and any other
   uid gets -32004 and is closed. The file modes keep other users out already; this holds even
   when someone loosens them (issue 6).
-- At most `MAX_CONNECTIONS` connections are served at once; one more gets -32005 and is closed,
-  so a runaway client cannot exhaust descriptors or memory. A connection that sends no complete
-  line for `IDLE_TIMEOUT_S`, or does not read its answers for as long, is closed (clients
-  reconnect), so silent or stalled peers cannot hold those slots for ever.
+- At most `MAX_CONNECTIONS` connections are served at once. When they are all taken, the one
+  idle the longest (no request running, none for `EVICT_IDLE_S` at least) is closed to make
+  room, so idle clients cannot lock others out; if none is, the newcomer gets -32005
+  (`DaemonBusy`, "busy") and is closed. A connection that sends no complete line for
+  `IDLE_TIMEOUT_S`, or does not read its answers for as long, is closed (clients reconnect).
+- Memory per connection is bounded: nothing is read ahead of the request being answered (the
+  socket is not read while it runs), and its answer waits for the peer to read the one before,
+  so a client that sends and never reads holds one request and one answer, not megabytes.
 - A line that is not JSON gets -32700 with a null id and the connection stays open; a line over
   `protocol.MAX_LINE_BYTES` gets -32003 and the connection is closed (a line is never buffered
   past the limit, whatever its length).
@@ -32,7 +36,9 @@ import socket
 import stat
 import struct
 import sys
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -45,6 +51,12 @@ logger = logging.getLogger(__name__)
 MAX_SOCKET_PATH = 100
 IDLE_TIMEOUT_S = 300.0
 MAX_CONNECTIONS = 256
+# A connection must have been idle this long before a newcomer may take its slot (so a burst
+# of new connections does not evict each other before they send their first request).
+EVICT_IDLE_S = 5.0
+# Answers waiting for a peer that does not read them; past this the peer is dropped at once
+# (answers are sent one at a time, so only a single huge one gets here).
+MAX_UNREAD_BYTES = 16 * 2**20
 # The kernel's queue of connections not yet accepted. With asyncio's default of 100, a burst of
 # connections fails on the client side (EAGAIN) before the daemon can serve or refuse them.
 LISTEN_BACKLOG = 1024
@@ -227,6 +239,15 @@ def _flock_holder(device: int, inode: int) -> str:
     return "another process"
 
 
+@dataclass(eq=False)
+class _Peer:
+    """One served connection, as the slot policy sees it."""
+
+    transport: asyncio.Transport
+    idle_since: float | None  # monotonic time its last answer went out; None while busy
+    evicted: bool = False
+
+
 class SocketServer:
     """Serves `dispatcher` on a Unix socket.
 
@@ -235,8 +256,10 @@ class SocketServer:
         dispatcher: Answers each request.
         idle_timeout: Seconds a connection may wait without sending a complete line (or
             without reading what it is sent) before it is closed.
-        max_connections: Connections served at once; more are refused with -32005.
+        max_connections: Connections served at once; more are refused with -32005 unless
+            one has been idle `evict_idle_after` s, which is closed to make room.
         allowed_uid: The only peer uid served; default: this process's own.
+        evict_idle_after: Seconds idle before a connection may lose its slot to a newcomer.
     """
 
     def __init__(
@@ -247,14 +270,18 @@ class SocketServer:
         idle_timeout: float = IDLE_TIMEOUT_S,
         max_connections: int = MAX_CONNECTIONS,
         allowed_uid: int | None = None,
+        evict_idle_after: float = EVICT_IDLE_S,
     ) -> None:
         self.path = path
         self.dispatcher = dispatcher
         self.idle_timeout = idle_timeout
         self.max_connections = max_connections
         self.allowed_uid = os.geteuid() if allowed_uid is None else allowed_uid
+        self.evict_idle_after = evict_idle_after
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._peers: set[_Peer] = set()
+        self.evicted = 0  # idle connections closed to make room, since start
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -342,7 +369,7 @@ class SocketServer:
                 protocol.PERMISSION_DENIED,
                 "permission denied: this daemon serves only the user who started it",
             )
-        if len(self._connections) >= self.max_connections:
+        if len(self._connections) >= self.max_connections and not self._evict_idle():
             if not self._refused_burst:
                 logger.warning(
                     "%d connections open, the most served at once; refusing new ones",
@@ -352,7 +379,7 @@ class SocketServer:
             self.refused += 1
             return (
                 protocol.TOO_MANY_CONNECTIONS,
-                f"too many connections ({self.max_connections} open); close idle clients or "
+                f"recalld is busy: all {self.max_connections} connections it serves are in use; "
                 "retry in a moment",
             )
         if self._refused_burst and len(self._connections) < self.max_connections * 9 // 10:
@@ -360,9 +387,31 @@ class SocketServer:
             self._refused_burst = 0
         return None
 
+    def _evict_idle(self) -> bool:
+        """Close the connection idle the longest, if one has been for `evict_idle_after` s."""
+        now = time.monotonic()
+        idle = [
+            p
+            for p in self._peers
+            if not p.evicted
+            and p.idle_since is not None
+            and now - p.idle_since >= self.evict_idle_after
+        ]
+        if not idle:
+            return False
+        victim = min(idle, key=lambda p: p.idle_since or 0.0)
+        victim.evicted = True
+        victim.transport.abort()
+        self.evicted += 1
+        logger.debug(
+            "closed a connection idle for %.0f s to make room", now - (victim.idle_since or now)
+        )
+        return True
+
     async def _refuse(self, writer: asyncio.StreamWriter, code: int, message: str) -> None:
+        data = {"type": "DaemonBusy"} if code == protocol.TOO_MANY_CONNECTIONS else None
         try:
-            writer.write(protocol.dumps(protocol.error_response(None, code, message)))
+            writer.write(protocol.dumps(protocol.error_response(None, code, message, data)))
             async with asyncio.timeout(_REFUSAL_WRITE_S):
                 await writer.drain()
         except (ConnectionError, TimeoutError):
@@ -400,6 +449,12 @@ class SocketServer:
                 if writer.is_closing():
                     return
                 writer.write(protocol.dumps(message))
+                if writer.transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
+                    logger.info(
+                        "dropping a connection with %d bytes of unread answers", MAX_UNREAD_BYTES
+                    )
+                    writer.transport.abort()
+                    return
                 try:
                     async with asyncio.timeout(self.idle_timeout):
                         await writer.drain()
@@ -415,8 +470,12 @@ class SocketServer:
                     # to the end, an ingest above all; only its messages are dropped (issue 17).
                     writer.transport.abort()
 
+        transport = writer.transport
+        assert isinstance(transport, asyncio.Transport)
+        peer = _Peer(transport, time.monotonic())
+        self._peers.add(peer)
         try:
-            await self._read_loop(reader, send)
+            await self._read_loop(reader, send, peer)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass  # the client went away
         except asyncio.CancelledError:
@@ -433,14 +492,23 @@ class SocketServer:
                 )
             raise
         finally:
+            self._peers.discard(peer)
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
     async def _read_loop(
-        self, reader: asyncio.StreamReader, send: Callable[[dict[str, Any]], Awaitable[None]]
+        self,
+        reader: asyncio.StreamReader,
+        send: Callable[[dict[str, Any]], Awaitable[None]],
+        peer: _Peer,
     ) -> None:
+        transport = peer.transport
         while True:
+            peer.idle_since = time.monotonic()
+            # Read only while waiting for the next request: what a client sends while one
+            # runs stays in its socket, not in this process (at most one read chunk here).
+            transport.resume_reading()
             try:
                 async with asyncio.timeout(self.idle_timeout):
                     line = await reader.readuntil(b"\n")
@@ -465,6 +533,8 @@ class SocketServer:
                     return
             if not line.strip():
                 continue
+            peer.idle_since = None
+            transport.pause_reading()
             try:
                 request = protocol.parse_request(line)
             except protocol.RpcError as exc:
