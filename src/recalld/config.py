@@ -97,6 +97,8 @@ class ChunkSettings:
     max_tokens: int = 240
     overlap_tokens: int = 32
     facts: bool = True
+    # Conversations: a `window` chunk per turn, the turn with the one before it (issue 14).
+    turn_windows: bool = False
 
 
 @dataclass(frozen=True)

@@ -12,14 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 Kind = Literal["text", "code", "conversation", "memory"]
-Granularity = Literal["chunk", "session", "round", "fact", "memory"]
+Granularity = Literal["chunk", "session", "round", "window", "fact", "memory"]
 Tier = Literal["high", "medium", "low"]
 
 KINDS: tuple[str, ...] = ("text", "code", "conversation", "memory")
 # The memory types of issue 8: MemX's data model types its memories, and its examples use
 # `semantic` and `procedural` (tag signatures such as `procedural::ops|release`).
 MEMORY_TYPES: tuple[str, ...] = ("episodic", "semantic", "procedural", "preference")
-GRANULARITIES: tuple[str, ...] = ("chunk", "session", "round", "fact", "memory")
+GRANULARITIES: tuple[str, ...] = ("chunk", "session", "round", "window", "fact", "memory")
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,6 +9,7 @@ from recalld.api import AsyncMemory
 from recalld.bench.locomo import evidence_ids
 from recalld.config import load_settings
 from recalld.storage import readers
+from recalld.types import Filters
 
 LOCOMO_DEV = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "locomo_dev.json"
 
@@ -47,3 +48,39 @@ async def test_locomo_dev_keeps_granularities_and_dia_ids(tmp_path: Path):
         assert evidence & turns <= covered
         # Re-ingesting the same file is a no-op.
         assert (await memory.add_file(LOCOMO_DEV)).status == "unchanged"
+
+
+async def test_turn_windows_are_searchable_units_with_their_round_as_parent(tmp_path: Path):
+    settings = load_settings(
+        None,
+        {
+            "RECALLD_HOME": str(tmp_path),
+            "RECALLD_EMBED__MODEL": "hash:64",
+            "RECALLD_CHUNK__TURN_WINDOWS": "true",
+        },
+    ).settings
+    sample = {
+        "sample_id": "conv-w",
+        "conversation": {
+            "speaker_a": "Ana",
+            "speaker_b": "Ben",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": "Ana", "dia_id": "D1:1", "text": "I finally adopted a dog."},
+                {"speaker": "Ben", "dia_id": "D1:2", "text": "What did you name the dog?"},
+                {"speaker": "Ana", "dia_id": "D1:3", "text": "Biscuit, after my snack."},
+                {"speaker": "Ben", "dia_id": "D1:4", "text": "Cute. I bought a cello."},
+            ],
+        },
+    }
+    async with await AsyncMemory.open(settings) as memory:
+        await memory.ingestor.ingest_bytes("locomo:w", "locomo.json", json.dumps(sample).encode())
+        result = await memory.searcher.search(
+            "name of the dog: Biscuit", filters=Filters(granularities=("window",)), limit=1
+        )
+        best = result.hits[0].chunk
+        # The question (D1:2) and its answer (D1:3) come back as one unit.
+        assert best.granularity == "window" and best.meta["dia_ids"] == ["D1:2", "D1:3"]
+        parent = await memory.store.read(lambda c: readers.chunks_by_id(c, [best.parent_id]))
+        assert parent[best.parent_id].granularity == "round"
+        assert parent[best.parent_id].meta["dia_ids"] == ["D1:3", "D1:4"]

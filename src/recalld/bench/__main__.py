@@ -199,7 +199,7 @@ def beir(
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option(
     "--granularity",
-    type=click.Choice(["session", "round", "fact", "all"]),
+    type=click.Choice(["session", "round", "window", "fact", "all"]),
     default="all",
     show_default=True,
 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import re
 import sys
@@ -27,6 +28,7 @@ from typing import Any
 from recalld.api import AsyncMemory
 from recalld.bench import metrics
 from recalld.bench.common import MODES, bench_settings, load_model
+from recalld.config import ChunkSettings
 from recalld.embeddings.base import Embedder
 from recalld.retrieval import timeparse
 from recalld.types import Filters
@@ -184,6 +186,10 @@ async def run(
             memory = await AsyncMemory.open(settings, embedder=embedder)
             try:
                 started = time.perf_counter()
+                if settings.chunk != ChunkSettings():
+                    # Another chunking must re-chunk a kept store, not be skipped as unchanged
+                    # (chunks that come out the same keep their vectors).
+                    sample = {**sample, "recalld_chunking": dataclasses.asdict(settings.chunk)}
                 data = json.dumps(sample).encode()
                 await memory.ingestor.ingest_bytes(
                     f"locomo:{sample['sample_id']}", "locomo.json", data

@@ -1,6 +1,7 @@
-"""Session, round and fact chunks for a parsed conversation.
+"""Session, round, window and fact chunks for a parsed conversation.
 
-For each session: the session chunk(s) first, then each round followed by its facts. A
+For each session: the session chunk(s) first, then each round followed by its facts, then
+(with `turn_windows`) a window per turn: the turn with the turn before it. A
 session chunk is the whole session as "Speaker: text" lines under a header with the session's
 title and date; only a session longer than `max_tokens` becomes several chunks, cut between
 rounds where possible (keys `...#p2`, `...#p3`). A round chunk (parent: the session chunk that
@@ -9,7 +10,8 @@ hold one statement each, from the LLM facts the caller passes or, failing those,
 offline heuristic.
 
 Keys are built from the log's own ids, namespaced so they cannot collide:
-`<conversation>/s:<session>`, `<conversation>/r:<round>`, `<conversation>/f:<round>:<hash>`.
+`<conversation>/s:<session>`, `<conversation>/r:<round>`, `<conversation>/f:<round>:<hash>`,
+`<conversation>/w:<turn>`.
 A grown log therefore keeps the keys of everything it already had.
 """
 
@@ -136,8 +138,44 @@ class _Builder:
             key = self.emit(text, "session", key, None, time, meta)
             for rnd in rounds:
                 parent_of.setdefault(rnd.id, key)  # the part where the round starts
-        for rnd in session.rounds:
-            self.round(session, rnd, parent_of.get(rnd.id, base), facts)
+        round_keys = {
+            rnd.id: self.round(session, rnd, parent_of.get(rnd.id, base), facts)
+            for rnd in session.rounds
+        }
+        if self.options.turn_windows:
+            self.windows(session, round_keys)
+
+    def windows(self, session: Session, round_keys: Mapping[str, str]) -> None:
+        """A `window` chunk per turn: the turn with the turn before it in the session (the
+        session's first turn alone), whose parent is the turn's round. A question and the
+        answer that opens the next round then share a unit."""
+        placed = [(turn, rnd) for rnd in session.rounds for turn in rnd.turns]
+        for index, (turn, rnd) in enumerate(placed):
+            pair = [t for t, _ in placed[max(0, index - 1) : index + 1]]
+            time = turn.time if turn.time is not None else rnd.time
+            time = time if time is not None else session.time
+            date = format_time(time) if time is not None else None
+            body = "\n".join(f"{t.speaker}: {t.text}" for t in pair)
+            header_tokens = self.count(f"[{date}]") if date else 0
+            pieces = split_text(
+                body,
+                self.options.max_tokens - header_tokens,
+                self.options.overlap_tokens,
+                self.count,
+            )
+            base = f"{self.conv.id}/w:{turn.id}"
+            ids = [t.id for t in pair]
+            for number, piece in enumerate(pieces):
+                meta = self.meta(session, [rnd], round_id=rnd.id, turn_id=turn.id)
+                meta["speakers"] = list(dict.fromkeys(t.speaker for t in pair))
+                meta["turn_ids"] = ids
+                if self.conv.format == "locomo":
+                    meta["dia_ids"] = ids
+                if number:
+                    meta["part"] = number + 1
+                text = f"[{date}]\n{piece}" if date else piece
+                key = base if number == 0 else f"{base}#p{number + 1}"
+                self.emit(text, "window", key, round_keys[rnd.id], time, meta)
 
     def round(
         self,
@@ -145,7 +183,8 @@ class _Builder:
         rnd: Round,
         parent: str,
         facts: Mapping[str, Sequence[str]] | None,
-    ) -> None:
+    ) -> str:
+        """Emit the round's chunk(s) and facts; returns the key of its (first) chunk."""
         time = rnd.time if rnd.time is not None else session.time
         date = format_time(time) if time is not None else None
         body = "\n".join(_lines(rnd))
@@ -191,6 +230,7 @@ class _Builder:
                     time,
                     dict(meta),
                 )
+        return round_key
 
 
 def conversation_chunks(

@@ -47,12 +47,16 @@ class ChunkOptions:
         count_tokens: The embedder's tokenizer (without special tokens); `approx_tokens` if
             none is given.
         facts: Produce heuristic fact chunks for conversations when no LLM facts are given.
+        turn_windows: Also produce a `window` chunk per conversation turn: the turn with the
+            turn before it, so a question and the answer that opens the next round share a
+            unit (issue 14).
     """
 
     max_tokens: int = 240
     overlap_tokens: int = 32
     count_tokens: Callable[[str], int] = approx_tokens
     facts: bool = True
+    turn_windows: bool = False
 
     def __post_init__(self) -> None:
         # A window smaller than a short sentence makes every splitter degenerate; overlap must

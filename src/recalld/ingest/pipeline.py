@@ -145,6 +145,7 @@ class Ingestor:
             overlap_tokens=chunking.overlap_tokens,
             count_tokens=embedder.count_tokens,
             facts=chunking.facts,
+            turn_windows=chunking.turn_windows,
         )
         self.max_file_bytes = max_file_bytes
         self.batch_size = batch_size

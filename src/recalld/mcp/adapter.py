@@ -32,7 +32,7 @@ the user, their projects or earlier conversations; remember durable facts, decis
 preferences the user states; forget what the user asks you to forget."""
 
 Kind = Literal["text", "code", "conversation", "memory"]
-Granularity = Literal["chunk", "session", "round", "fact", "memory"]
+Granularity = Literal["chunk", "session", "round", "window", "fact", "memory"]
 
 _READ = ToolAnnotations(read_only_hint=True, open_world_hint=False)
 _ADD = ToolAnnotations(

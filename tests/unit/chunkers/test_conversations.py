@@ -507,3 +507,51 @@ def test_locomo_dev_file() -> None:
     real = evidence & turns
     assert len(evidence - real) <= 3
     assert all(e in covered[conv] for conv, e in real)
+
+
+LOCOMO_QA = {
+    "sample_id": "conv-w",
+    "conversation": {
+        "speaker_a": "Ana",
+        "speaker_b": "Ben",
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [
+            {"speaker": "Ana", "dia_id": "D1:1", "text": "I finally adopted a dog."},
+            {"speaker": "Ben", "dia_id": "D1:2", "text": "Great! What did you name it?"},
+            {"speaker": "Ana", "dia_id": "D1:3", "text": "Biscuit, after my favourite snack."},
+            {"speaker": "Ben", "dia_id": "D1:4", "text": "Cute. I bought a cello."},
+        ],
+    },
+    "qa": [],
+}
+
+
+def test_turn_windows_keep_a_question_with_the_answer_that_opens_the_next_round() -> None:
+    data = json.dumps(LOCOMO_QA).encode()
+    plain = chunk_file("locomo.json", data)
+    assert not [c for c in plain.chunks if c.granularity == "window"]  # off by default
+    result = chunk_file("locomo.json", data, ChunkOptions(turn_windows=True))
+    rounds = [c for c in result.chunks if c.granularity == "round"]
+    windows = [c for c in result.chunks if c.granularity == "window"]
+    # Rounds open with the session opener (Ana): Ben's question and Ana's answer are split.
+    assert [c.meta["dia_ids"] for c in rounds] == [["D1:1", "D1:2"], ["D1:3", "D1:4"]]
+    # One window per turn, each the turn with the one before it; the first turn alone.
+    assert [c.meta["dia_ids"] for c in windows] == [
+        ["D1:1"],
+        ["D1:1", "D1:2"],
+        ["D1:2", "D1:3"],
+        ["D1:3", "D1:4"],
+    ]
+    question_and_answer = windows[2]
+    assert question_and_answer.text == (
+        "[8 May 2023, 1:56 pm]\nBen: Great! What did you name it?\n"
+        "Ana: Biscuit, after my favourite snack."
+    )
+    assert question_and_answer.key == "conv-w/w:D1:3"
+    assert question_and_answer.meta["speakers"] == ["Ben", "Ana"]
+    # Its parent is the round that holds its own turn; the rest of the tree is unchanged.
+    assert question_and_answer.parent_key == rounds[1].key
+    assert [c.key for c in result.chunks if c.granularity != "window"] == [
+        c.key for c in plain.chunks
+    ]
+    assert question_and_answer.event_time == rounds[1].event_time
