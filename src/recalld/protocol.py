@@ -46,6 +46,8 @@ NOT_READY = -32002
 LINE_TOO_LONG = -32003
 PERMISSION_DENIED = -32004
 TOO_MANY_CONNECTIONS = -32005
+# `recalld.errors.IntegrityError`'s code: the answer held a stored value JSON cannot carry.
+UNENCODABLE_ANSWER = -32023
 
 STANDARD_MESSAGES = {
     PARSE_ERROR: "parse error",
@@ -114,6 +116,25 @@ def dumps(message: dict[str, Any]) -> bytes:
     """Encode one message as a compact UTF-8 JSON line, newline included."""
     text = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     return text.encode("utf-8") + b"\n"
+
+
+def dumps_answer(message: dict[str, Any]) -> bytes:
+    """`dumps`, or, for a message that cannot be encoded (a stored `inf` an older recalld let
+    in), an error answer to the same request, so one bad value never costs the connection."""
+    try:
+        return dumps(message)
+    except (TypeError, ValueError) as exc:
+        if "method" in message:  # a notification: nobody waits for it
+            raise
+        return dumps(
+            error_response(
+                message.get("id"),
+                UNENCODABLE_ANSWER,
+                f"the answer holds a value JSON cannot carry ({exc}); run `recalld check` to "
+                "find it and `recalld check --repair` to fix it",
+                {"type": "IntegrityError"},
+            )
+        )
 
 
 def loads(line: bytes | str) -> Any:
@@ -190,7 +211,12 @@ def parse_request(line: bytes | str) -> Request:
     if params is None:
         params = {}
     if not isinstance(params, dict):
-        raise RpcError(INVALID_PARAMS, "params must be an object of named parameters", request_id)
+        raise RpcError(
+            INVALID_PARAMS,
+            "params must be an object of named parameters",
+            request_id,
+            {"param": "params"},
+        )
     return Request(method=method, params=params, id=request_id, is_notification="id" not in message)
 
 

@@ -62,6 +62,7 @@ def _export_offline(loaded: LoadedSettings, write: Callable[[str], object], vect
         "lines": count,
         "counts": footer["counts"],
         "skipped_partial": footer["skipped_partial"],
+        "skipped_unreadable": footer.get("skipped_unreadable", []),
     }
 
 
@@ -94,6 +95,12 @@ def export(
         click.echo(json.dumps(result, indent=2), err=file == "-")
     else:
         click.echo(summary, err=file == "-")
+    for row in result.get("skipped_unreadable", []):
+        click.echo(
+            f"skipped {row['table']} {row['id']} {row.get('source', '')}: {row['problem']} "
+            "(`recalld check --repair` resets such values)",
+            err=True,
+        )
 
 
 def _import_offline(loaded: LoadedSettings, path: Path, replace: bool) -> dict[str, Any]:

@@ -127,7 +127,7 @@ async def forget_confirmed(ctx: Context, token: str) -> dict[str, Any]:
 async def memories_update(ctx: Context, params: Params, progress: Progress) -> Any:
     """Edit a memory in place; the replaced version goes to its history."""
     chunk_id = params.integer("id", low=1)
-    text = params.string("text", None)
+    text = params.string("text", None, longest=None)
     memory_type = params.string("type", None)
     if memory_type is not None and memory_type not in MEMORY_TYPES:
         raise InvalidParams(f"param 'type' must be one of {', '.join(MEMORY_TYPES)}", "type")

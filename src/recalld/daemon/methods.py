@@ -118,13 +118,7 @@ def hit_dict(hit: Hit, explain: bool) -> dict[str, Any]:
 
 
 def _absolute(params: Params, name: str) -> Path:
-    path = Path(params.string(name))
-    if not path.is_absolute():
-        raise InvalidParams(
-            f"param {name!r} must be an absolute path (the daemon has its own working directory)",
-            name,
-        )
-    return path
+    return Path(params.path(name))
 
 
 # -- methods ---------------------------------------------------------------------------------
@@ -174,7 +168,7 @@ async def get(ctx: Context, params: Params, progress: Progress) -> Any:
 
 async def remember(ctx: Context, params: Params, progress: Progress) -> Any:
     """Store a memory written directly; returns its chunk id."""
-    text = params.string("text")
+    text = params.string("text", longest=None)
     memory_type = params.string("type", "semantic")
     if memory_type not in MEMORY_TYPES:
         raise InvalidParams(f"param 'type' must be one of {', '.join(MEMORY_TYPES)}", "type")

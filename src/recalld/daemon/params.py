@@ -1,7 +1,11 @@
 """Typed access to a request's named params, so every method validates the same way.
 
-A missing required param, a value of the wrong type, or a param the method does not know all
-raise `InvalidParams`, which the dispatcher answers with -32602 naming the param.
+A missing required param, a value of the wrong type or out of range, or a param the method
+does not know all raise `InvalidParams`, which the dispatcher answers with -32602 naming the
+param. Every number must be finite (`1e400` and `Infinity` reach Python as `inf`), every
+integer fit SQLite's 64 bits, every time lie in the years 1 to 9999 (`recalld.limits`), and
+every string but a memory's text stay under `MAX_STRING`: a value the daemon could store but
+not read back or send again never gets in (issue 18).
 """
 
 from __future__ import annotations
@@ -9,9 +13,16 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from recalld import limits
 from recalld.types import GRANULARITIES, KINDS, Filters
 
 _MISSING: Any = object()
+# Characters in a string param (a query, a tag, a name); a memory's text may be longer.
+MAX_STRING = 65_536
+# Bytes in a path param: Linux's PATH_MAX.
+MAX_PATH = 4096
+# Strings in a list param (tags, sources).
+MAX_ITEMS = 1000
 
 
 class InvalidParams(Exception):
@@ -65,32 +76,77 @@ class Params:
             raise InvalidParams(
                 f"param {self.prefix + name!r} must be {_type_name(kind)}", self.prefix + name
             )
+        if (
+            isinstance(value, int | float)
+            and not isinstance(value, bool)
+            and not limits.is_number(value)
+        ):
+            raise InvalidParams(
+                f"param {self.prefix + name!r} must be a finite number"
+                + (" within 64 bits" if isinstance(value, int) else ""),
+                self.prefix + name,
+            )
         return value
 
-    def string(self, name: str, default: Any = _MISSING, *, blank: bool = False) -> Any:
-        """A string param (not blank when required, unless `blank`)."""
+    def string(
+        self,
+        name: str,
+        default: Any = _MISSING,
+        *,
+        blank: bool = False,
+        longest: int | None = MAX_STRING,
+    ) -> Any:
+        """A string param (not blank when required, unless `blank`), of at most `longest`
+        characters (None: only the protocol's line limit)."""
         value = self._get(name, str, default)
         if default is _MISSING and not blank and not value.strip():
             raise InvalidParams(
                 f"param {self.prefix + name!r} must not be empty", self.prefix + name
+            )
+        if isinstance(value, str) and longest is not None and len(value) > longest:
+            raise InvalidParams(
+                f"param {self.prefix + name!r} is {len(value)} characters long, over the "
+                f"limit of {longest}",
+                self.prefix + name,
+            )
+        return value
+
+    def path(self, name: str) -> str:
+        """An absolute path param (the daemon has its own working directory)."""
+        value: str = self.string(name, longest=MAX_PATH)
+        if "\x00" in value:
+            raise InvalidParams(
+                f"param {self.prefix + name!r} must not contain a NUL character",
+                self.prefix + name,
+            )
+        if len(value.encode("utf-8", "surrogateescape")) > MAX_PATH:
+            raise InvalidParams(
+                f"param {self.prefix + name!r} is longer than {MAX_PATH} bytes",
+                self.prefix + name,
+            )
+        if not value.startswith("/"):
+            raise InvalidParams(
+                f"param {self.prefix + name!r} must be an absolute path (the daemon has its "
+                "own working directory)",
+                self.prefix + name,
             )
         return value
 
     def integer(
         self, name: str, default: Any = _MISSING, *, low: int | None = None, high: int | None = None
     ) -> Any:
-        """An integer param, optionally bounded."""
+        """An integer param, optionally bounded (always within SQLite's 64 bits)."""
         value = self._get(name, int, default)
-        if value is not None and (
-            (low is not None and value < low) or (high is not None and value > high)
-        ):
+        low = limits.INT_MIN if low is None else low
+        high = limits.INT_MAX if high is None else high
+        if value is not None and not low <= value <= high:
             raise InvalidParams(
                 f"param {self.prefix + name!r} must be between {low} and {high}", self.prefix + name
             )
         return value
 
     def number(self, name: str, default: Any = _MISSING) -> Any:
-        """A number param."""
+        """A finite number param."""
         return self._get(name, float, default)
 
     def boolean(self, name: str, default: Any = _MISSING) -> Any:
@@ -105,6 +161,12 @@ class Params:
             raise InvalidParams(
                 f"param {self.prefix + name!r} must be a list of strings", self.prefix + name
             )
+        if len(items) > MAX_ITEMS or any(len(v) > MAX_STRING for v in items):
+            raise InvalidParams(
+                f"param {self.prefix + name!r} must be at most {MAX_ITEMS} strings of at most "
+                f"{MAX_STRING} characters",
+                self.prefix + name,
+            )
         if allowed is not None:
             for item in items:
                 if item not in allowed:
@@ -116,20 +178,29 @@ class Params:
         return tuple(items)
 
     def time(self, name: str) -> float | None:
-        """A point in time: unix seconds, or an ISO 8601 date or date-time (UTC if naive)."""
+        """A point in time: unix seconds, or an ISO 8601 date or date-time (UTC if naive),
+        within the years 1 to 9999."""
         value = self._get(name, (int, float, str), None)
-        if value is None or isinstance(value, float | int):
-            return None if value is None else float(value)
-        try:
-            parsed = dt.datetime.fromisoformat(value)
-        except ValueError as exc:
+        if value is None:
+            return None
+        if isinstance(value, str):
+            try:
+                parsed = dt.datetime.fromisoformat(value)
+                if parsed.tzinfo is None:
+                    parsed = parsed.replace(tzinfo=dt.UTC)
+                value = parsed.timestamp()
+            except (ValueError, OverflowError) as exc:
+                raise InvalidParams(
+                    f"param {self.prefix + name!r} must be unix seconds or an ISO 8601 date",
+                    self.prefix + name,
+                ) from exc
+        if not limits.is_time(value):
             raise InvalidParams(
-                f"param {self.prefix + name!r} must be unix seconds or an ISO 8601 date",
+                f"param {self.prefix + name!r} must be a time between 0001-01-01 and "
+                f"9999-12-31 (unix seconds {limits.TIME_MIN:.0f} to {limits.TIME_MAX:.0f})",
                 self.prefix + name,
-            ) from exc
-        if parsed.tzinfo is None:
-            parsed = parsed.replace(tzinfo=dt.UTC)
-        return parsed.timestamp()
+            )
+        return float(value)
 
     def object(self, name: str) -> Params:
         """A nested object param, read the same way; default empty."""

@@ -448,7 +448,7 @@ class SocketServer:
             async with lock:
                 if writer.is_closing():
                     return
-                writer.write(protocol.dumps(message))
+                writer.write(protocol.dumps_answer(message))
                 if writer.transport.get_write_buffer_size() > MAX_UNREAD_BYTES:
                     logger.info(
                         "dropping a connection with %d bytes of unread answers", MAX_UNREAD_BYTES

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recalld import __version__
-from recalld.daemon.params import InvalidParams, Params
+from recalld.daemon.params import Params
 from recalld.storage import exporter, importer
 
 if TYPE_CHECKING:
@@ -61,17 +61,17 @@ async def export(ctx: Context, params: Params, progress: Progress) -> Any:
     finally:
         await asyncio.to_thread(lines.close)
     footer = json.loads(last)
-    return {"lines": sent, "counts": footer["counts"], "skipped_partial": footer["skipped_partial"]}
+    return {
+        "lines": sent,
+        "counts": footer["counts"],
+        "skipped_partial": footer["skipped_partial"],
+        "skipped_unreadable": footer.get("skipped_unreadable", []),
+    }
 
 
 async def import_(ctx: Context, params: Params, progress: Progress) -> Any:
     """Import an export file the daemon can read; see `storage.importer`."""
-    path = Path(params.string("path"))
-    if not path.is_absolute():
-        raise InvalidParams(
-            "param 'path' must be an absolute path (the daemon has its own working directory)",
-            "path",
-        )
+    path = Path(params.path("path"))
     replace = params.boolean("replace", False)
     params.done()
     memory = ctx.memory

@@ -10,7 +10,9 @@
   exist only while a reindex is recorded;
 - FTS5's own `integrity-check`, comparing the index with the chunks it was built from
   (https://sqlite.org/fts5.html#the_integrity_check_command);
-- `PRAGMA integrity_check` (https://sqlite.org/pragma.html#pragma_integrity_check).
+- `PRAGMA integrity_check` (https://sqlite.org/pragma.html#pragma_integrity_check);
+- every stored value can be read back and sent as JSON (`storage.values`): the ids of rows
+  holding an `inf` time, text that is not UTF-8 and the like are reported.
 
 It opens its own connections without the reader pool's time limit: an integrity check of a
 large file can take longer than any search should. FTS5 runs its integrity check as an
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from recalld.errors import StoreError
-from recalld.storage import reindex
+from recalld.storage import reindex, values
 from recalld.storage.backend import is_url
 from recalld.storage.connection import DatabaseError, connect
 
@@ -170,6 +172,22 @@ def reindex_result(
     return _result("reindex", orphans + bad, detail)
 
 
+def _values_check(conn: Any) -> dict[str, Any]:
+    """Values that cannot be read back or sent as JSON (`storage.values`), by table and id."""
+    found = values.scan(conn)
+    count = sum(len(rows) for rows in found.values())
+    if not found:
+        return _result("unreadable_values", 0, "every stored value can be read back")
+    result = _result(
+        "unreadable_values",
+        count,
+        f"values that cannot be read back: {values.describe(found)}; "
+        "`recalld check --repair` resets them",
+    )
+    result["ids"] = {table: sorted(rows)[:1000] for table, rows in found.items()}
+    return result
+
+
 def _fts_integrity(path: Path) -> dict[str, Any]:
     conn = connect(path)
     try:
@@ -254,6 +272,7 @@ def check_store(path: Path | str) -> dict[str, Any]:
                 _result("vector_index", gap, "vectors missing from or extra in the vector index")
             )
         checks.append(_model_check(conn))
+        checks.append(_values_check(conn))
         if table_exists(conn, "reindex_vectors"):
             checks.append(_reindex_check(conn, counts["chunks"]))
         checks.append(_fts_integrity(path))

@@ -9,6 +9,7 @@ ones in use so callers catch the right classes in one place.
 
 from __future__ import annotations
 
+import functools
 import sqlite3
 from pathlib import Path
 from types import ModuleType
@@ -44,6 +45,7 @@ DatabaseError: type[Exception] = sqlite.DatabaseError
 OperationalError: type[Exception] = sqlite.OperationalError
 SqliteIntegrityError: type[Exception] = sqlite.IntegrityError
 Row: Any = sqlite.Row
+_LENIENT_TEXT = functools.partial(str, encoding="utf-8", errors="replace")
 
 
 def connect(path: Path | str, *, readonly: bool = False) -> Any:
@@ -86,4 +88,7 @@ def connect(path: Path | str, *, readonly: bool = False) -> Any:
         conn.close()
         raise
     conn.row_factory = Row
+    # A damaged page can hold text that is not UTF-8; the default factory would fail the whole
+    # query (a search, an export) for that one value. `check` reports such rows by id.
+    conn.text_factory = _LENIENT_TEXT
     return conn

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from recalld.errors import SchemaTooNewError, StoreError
-from recalld.storage import portable
+from recalld.storage import portable, values
 from recalld.storage.backend import is_url
 from recalld.storage.connection import DatabaseError, connect
 from recalld.storage.schema import SCHEMA_VERSION, schema_version
@@ -64,6 +64,7 @@ def export_lines(
             f"no store at {path}; nothing to export", data={"path": str(path), "reason": "missing"}
         )
     conn = connect(path, readonly=True)
+    conn.text_factory = values.decode_text  # text that is not UTF-8 is skipped, not exported
     try:
         conn.execute("BEGIN")  # one snapshot for the whole export
         yield from _lines(conn, vectors, recalld_version)
@@ -87,24 +88,57 @@ def _lines(conn: Any, vectors: bool, recalld_version: str) -> Iterator[str]:
     by_name = {t.name: t for t in tables}
     yield _dumps(portable.header(recalld_version, version, meta, vectors, tables))
     counts = {t.name: 0 for t in tables}
-    yield from _documents(conn, by_name, vectors, counts)
+    unreadable: list[dict[str, Any]] = []
+    yield from _documents(conn, by_name, vectors, counts, unreadable)
     for table in tables:
         if table.name in (portable.DOCUMENTS, portable.CHUNKS):
             continue
-        cursor = conn.execute(f'SELECT {_select(table, "t")} FROM "{table.name}" t')
+        cursor = conn.execute(f'SELECT {_select(table, "t")}, t.rowid FROM "{table.name}" t')
         while rows := cursor.fetchmany(_FETCH):
             for row in rows:
+                why = values.row_problem(table.name, table.columns, row)
+                if why is not None:
+                    unreadable.append(_skipped(table.name, row[len(table.columns)], None, why))
+                    continue
                 yield _dumps({"type": table.name, "row": _row(table, row)})
-            counts[table.name] += len(rows)
+                counts[table.name] += 1
     skipped = conn.execute("SELECT count(*) FROM documents WHERE state != 'complete'").fetchone()
     logger.info("exported %s", counts)
-    yield _dumps({"type": portable.FOOTER, "counts": counts, "skipped_partial": int(skipped[0])})
+    if unreadable:
+        logger.warning(
+            "export skipped %d rows holding values that cannot be read back; "
+            "`recalld check --repair` resets them",
+            len(unreadable),
+        )
+    yield _dumps(
+        {
+            "type": portable.FOOTER,
+            "counts": counts,
+            "skipped_partial": int(skipped[0]),
+            "skipped_unreadable": unreadable,
+        }
+    )
+
+
+def _skipped(table: str, row_id: Any, source: Any, why: str) -> dict[str, Any]:
+    """A row left out of the export, as the footer lists it."""
+    entry = {"table": table, "id": row_id, "problem": why}
+    if isinstance(source, str):
+        entry["source"] = source
+    return entry
 
 
 def _documents(
-    conn: Any, tables: dict[str, portable.Table], vectors: bool, counts: dict[str, int]
+    conn: Any,
+    tables: dict[str, portable.Table],
+    vectors: bool,
+    counts: dict[str, int],
+    unreadable: list[dict[str, Any]],
 ) -> Iterator[str]:
-    """Each complete document, followed by its chunks (and their vectors when asked)."""
+    """Each complete document, followed by its chunks (and their vectors when asked).
+
+    A document with a value that cannot be read back, in its row or one of its chunks, is
+    left out whole (its chunks cannot travel without it) and listed in `unreadable`."""
     docs, chunks = tables[portable.DOCUMENTS], tables[portable.CHUNKS]
     # Partial documents are half-written by a crash; `check --repair` completes them.
     doc_cursor = conn.execute(
@@ -117,13 +151,26 @@ def _documents(
         "WHERE c.document_id = ? ORDER BY c.position, c.id"
     )
     id_index = docs.columns.index("id")
+    source_index = docs.columns.index("source")
+    chunk_id = chunks.columns.index("id")
     while batch := doc_cursor.fetchmany(_FETCH):
         for doc in batch:
-            yield _dumps({"type": portable.DOCUMENTS, "row": _row(docs, doc)})
-            counts[portable.DOCUMENTS] += 1
-            for row in conn.execute(chunk_sql, (doc[id_index],)):
+            lines = [_dumps({"type": portable.DOCUMENTS, "row": _row(docs, doc)})]
+            why = values.row_problem(portable.DOCUMENTS, docs.columns, doc)
+            for row in conn.execute(chunk_sql, (doc[id_index],)) if why is None else ():
+                why = values.row_problem(portable.CHUNKS, chunks.columns, row)
+                if why is not None:
+                    why = f"chunk {row[chunk_id]}: {why}"
+                    break
                 line: dict[str, Any] = {"type": portable.CHUNKS, "row": _row(chunks, row)}
                 if vectors and row[len(chunks.columns)] is not None:
                     line["vector"] = portable.encode_vector(bytes(row[len(chunks.columns)]))
-                yield _dumps(line)
-                counts[portable.CHUNKS] += 1
+                lines.append(_dumps(line))
+            if why is not None:
+                unreadable.append(
+                    _skipped(portable.DOCUMENTS, doc[id_index], doc[source_index], why)
+                )
+                continue
+            yield from lines
+            counts[portable.DOCUMENTS] += 1
+            counts[portable.CHUNKS] += len(lines) - 1

@@ -16,8 +16,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from recalld import limits
 from recalld.errors import IngestError, NotFoundError
-from recalld.storage import vectors
+from recalld.storage import readers, vectors
 from recalld.storage.backend import routed
 
 M004_SQL = """
@@ -192,12 +193,13 @@ async def history_of(conn: Any, chunk_id: int) -> list[dict[str, Any]]:
         {
             "version": r[0],
             "text": r[1],
-            "tags": json.loads(r[2]),
+            "tags": readers.json_column(r[2], []),
             "memory_type": r[3],
-            "importance": r[4],
-            "event_time": r[5],
-            "valid_from": r[6],
-            "replaced_at": r[7],
+            # A value JSON cannot carry is read as unknown (see `storage.values`).
+            "importance": limits.number_or(r[4], 0.5),
+            "event_time": limits.time_or_none(r[5]),
+            "valid_from": limits.number_or(r[6], 0.0),
+            "replaced_at": limits.number_or(r[7], 0.0),
         }
         for r in rows
     ]

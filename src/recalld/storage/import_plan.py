@@ -1,7 +1,8 @@
 """The first pass of an import: read the whole export file and check it, before any write.
 
-A malformed line (not JSON, an unknown table or column, a chunk outside its document, a vector
-of the wrong size, a count that does not add up, a file cut short) is a `ParseError` naming the
+A malformed line (not JSON, an unknown table or column, a value that cannot be read back such
+as an `Infinity` event time (`storage.values`), a chunk outside its document, a vector of the
+wrong size, a count that does not add up, a file cut short) is a `ParseError` naming the
 file and the line, raised before anything is imported, so a bad file never leaves half of
 itself in the store. Blocking: run it in a worker thread.
 """
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from recalld.errors import NotFoundError, ParseError
-from recalld.storage import portable
+from recalld.storage import portable, values
 from recalld.storage.backend import is_url
 from recalld.storage.connection import connect
 
@@ -158,9 +159,14 @@ class _Checker:
             raise _Bad(f"columns {sorted(unknown)} are not in the header's list for {kind}")
         for column, value in row.items():
             try:
-                portable.decode_value(value)
+                decoded = portable.decode_value(value)
             except ValueError as exc:
                 raise _Bad(f"{kind}.{column}: {exc}") from None
+            # `1e400`, `Infinity` and `NaN` parse as floats the store could keep but never
+            # give back (issue 18): the value ranges of `storage.values` apply here too.
+            why = values.problem(kind, column, decoded)
+            if why is not None:
+                raise _Bad(f"{kind}.{column}: {why}")
         self.plan.counts[kind] = self.plan.counts.get(kind, 0) + 1
         if kind == portable.DOCUMENTS:
             self._document(number, row)

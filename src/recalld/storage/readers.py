@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from recalld import limits
 from recalld.storage import vectors
 from recalld.storage.backend import routed
 from recalld.types import Chunk, Document, Filters
@@ -32,8 +33,27 @@ async def fetchall(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]
         return list(await cursor.fetchall())
 
 
+def json_column(text: Any, default: Any) -> Any:
+    """A JSON column read back; `NaN`, `Infinity` and `1e400` become null, and text that is not
+    JSON at all becomes `default` (`check` reports such rows)."""
+    try:
+        value = json.loads(text, parse_constant=lambda _: None, parse_float=_finite_float)
+    except (TypeError, ValueError):
+        return default
+    return value if isinstance(value, type(default)) else default
+
+
+def _finite_float(text: str) -> float | None:
+    value = float(text)
+    return value if limits.is_number(value) else None
+
+
 def row_to_chunk(row: Any) -> Chunk:
-    """A `Chunk` from a row of `CHUNK_COLUMNS` (both backends)."""
+    """A `Chunk` from a row of `CHUNK_COLUMNS` (both backends).
+
+    A number that cannot be sent as JSON (an `inf` event time an older recalld let in) is read
+    as unknown, so one bad row cannot fail a whole search; `check` reports it by id.
+    """
     return Chunk(
         id=int(row[0]),
         document_id=int(row[1]),
@@ -45,17 +65,17 @@ def row_to_chunk(row: Any) -> Chunk:
         parent_id=None if row[7] is None else int(row[7]),
         text=row[8],
         token_count=row[9],
-        tags=tuple(json.loads(row[10])),
+        tags=tuple(t for t in json_column(row[10], []) if isinstance(t, str)),
         memory_type=row[11],
-        importance=row[12],
-        event_time=row[13],
-        created_at=row[14],
+        importance=limits.number_or(row[12], 0.5),
+        event_time=limits.time_or_none(row[13]),
+        created_at=limits.number_or(row[14], 0.0),
         access_count=row[15],
-        last_accessed_at=row[16],
+        last_accessed_at=limits.time_or_none(row[16]),
         retrieval_count=row[17],
-        last_retrieved_at=row[18],
+        last_retrieved_at=limits.time_or_none(row[18]),
         status=row[19],
-        meta=json.loads(row[20]),
+        meta=json_column(row[20], {}),
     )
 
 
@@ -68,9 +88,9 @@ def row_to_document(row: Any) -> Document:
         content_hash=row[3],
         state=row[4],
         chunk_count=row[5],
-        created_at=row[6],
-        updated_at=row[7],
-        mtime=row[8],
+        created_at=limits.number_or(row[6], 0.0),
+        updated_at=limits.number_or(row[7], 0.0),
+        mtime=limits.time_or_none(row[8]),
         size=None if row[9] is None else int(row[9]),
     )
 

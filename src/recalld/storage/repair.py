@@ -14,6 +14,8 @@ What each broken invariant gets (issue 6):
   `reingest`, and the caller ingests it again (or removes it if the file is gone);
 - `PRAGMA integrity_check` failures: `REINDEX`; whatever remains is reported, not guessed at;
 - model / dimension mismatch: reported only, as it needs every chunk re-embedded;
+- values that cannot be read back (`storage.values`: an `inf` event time, text that is not
+  UTF-8): reset to their column's neutral value (an unknown time, importance 0.5, ...);
 - a reindex's staged vectors without a chunk, of the wrong size, or left without a reindex in
   progress: dropped (a running reindex embeds the chunks again); a sound reindex is left alone.
 
@@ -38,7 +40,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.errors import EmbeddingError, RecalldError
-from recalld.storage import check, reindex, vectors, writer
+from recalld.storage import check, reindex, values, vectors, writer
 from recalld.storage.backend import is_url
 from recalld.storage.store import Store
 
@@ -279,6 +281,10 @@ async def repair_store(store: Store, embed: Embed | None, failed: set[str]) -> R
         )
         return report
     await store.write(lambda c: _structural(c, failed, report))
+    if "unreadable_values" in failed:
+        found = await asyncio.to_thread(values.scan_path, store.path)
+        cleared = await store.write(lambda c: values.clear(c, found))
+        report.did("values_cleared", cleared, "unreadable values reset (an unknown time, ...)")
     if embed is not None:
         try:
             await _reembed(store, embed, report)

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from recalld import limits
 from recalld.storage import links, vectors
 from recalld.storage.backend import routed
 from recalld.types import ChunkDraft
@@ -42,6 +43,12 @@ def chunk_hash(draft: ChunkDraft) -> str:
         default=str,
     )
     return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _event_time(chunk: float | None, document: float | None) -> float | None:
+    """A chunk's event time, or its document's when it has none a date can show (a log line
+    stamped `1e400` must not poison the store: see `recalld.limits`)."""
+    return limits.time_or_none(chunk if limits.is_time(chunk) else document)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +122,7 @@ def chunk_rows(
                 json.dumps(list(draft.tags)),
                 draft.memory_type,
                 draft.importance,
-                draft.event_time if draft.event_time is not None else doc.event_time,
+                _event_time(draft.event_time, doc.event_time),
                 now,
                 json.dumps(draft.meta, ensure_ascii=False, default=str),
             )

@@ -1,0 +1,154 @@
+"""A store holding values an older recalld let in, or a flipped bit wrote (issue 18, item 1): an
+`inf` event time, an importance of `inf`, tags that are not JSON, text that is not UTF-8. Reads
+go on (`get`, search, history), `check` names the rows by id, `export` online and `--offline`
+skip and report them and never stop, `check --repair` resets them, and an export file holding
+such a value is refused by `import` naming its line and column."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recalld.cli import main
+from recalld.errors import ParseError
+from recalld.storage.connection import connect
+from tests.pipeline.conftest import Running, daemon_env, start, stop
+
+MEMORIES = [
+    "The heron nests on the east bank",
+    "The kingfisher dives at dawn",
+    "The otter holt is under the willow",
+    "The grebe dances in spring",
+]
+
+
+def poison(store: Path, ids: dict[str, int]) -> None:
+    """Write what the socket now refuses straight into the file, as an older recalld did."""
+    conn = connect(store)
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE chunks SET event_time = ? WHERE id = ?", (float("inf"), ids["heron"]))
+        conn.execute(
+            "UPDATE chunks SET importance = ?, tags = 'not json' WHERE id = ?",
+            (float("-inf"), ids["kingfisher"]),
+        )
+        # A flipped bit: the text is no longer UTF-8 (FTS keeps its own copy of the words).
+        conn.execute(
+            "UPDATE chunks SET meta = CAST(? AS TEXT) WHERE id = ?",
+            (b'{"note": "caf\xff"}', ids["otter"]),
+        )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    captured = capsys.readouterr()
+    return int(exit_info.value.code or 0), captured.out, captured.err
+
+
+async def test_a_poisoned_store_stays_readable_checkable_exportable_and_repairable(
+    isolated_home: Path, short_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env = daemon_env(isolated_home, short_dir / "s.sock")
+    server, task = await start(env)
+    running = Running(server, task, short_dir / "s.sock", isolated_home, env)
+    ids: dict[str, int] = {}
+    try:
+        async with running.client() as client:
+            for text in MEMORIES:
+                ids[text.split()[1]] = (await client.remember(text, tags=["river"]))["id"]
+        assert server.memory is not None
+        store = Path(server.memory.store.path)
+    finally:
+        assert await stop(server, task) == 0
+    await asyncio.to_thread(poison, store, ids)
+
+    server, task = await start(env)
+    running = Running(server, task, short_dir / "s.sock", isolated_home, env)
+    try:
+        async with running.client() as client:
+            # Every read that reaches the bad rows still answers, on the same connection.
+            heron = await client.get(ids["heron"])
+            assert heron["event_time"] is None and "heron" in heron["text"]
+            kingfisher = await client.get(ids["kingfisher"])
+            assert kingfisher["importance"] == 0.5 and kingfisher["tags"] == []
+            # Read with what can be decoded: the rest of the row is not lost to one byte.
+            assert (await client.get(ids["otter"]))["meta"] == {"note": "caf\ufffd"}
+            for query in ("heron", "kingfisher", "otter", "east bank dawn willow"):
+                for mode in ("bm25", "hybrid"):
+                    assert (await client.search(query, mode=mode))["hits"], (query, mode)
+            assert (await client.history(ids["heron"]))["history"] == []
+            # `check` names the rows.
+            report = await client.check()
+            assert not report["ok"]
+            values = next(c for c in report["checks"] if c["name"] == "unreadable_values")
+            assert values["value"] == 3
+            bad = sorted([ids["heron"], ids["kingfisher"], ids["otter"]])
+            assert values["ids"] == {"chunks": bad}
+            assert "event_time" in values["detail"] and "check --repair" in values["detail"]
+            # `export` goes on past them, and says what it left out.
+            out = io.StringIO()
+            result = await client.export(out.write)
+            skipped = result["skipped_unreadable"]
+            # Each memory is its own document, and shares its chunk's id in this store.
+            assert sorted(s["id"] for s in skipped) == bad
+            assert all("chunk" in s["problem"] for s in skipped)
+            assert result["counts"]["documents"] == 1 and result["counts"]["chunks"] == 1
+            lines = out.getvalue().splitlines()
+            assert json.loads(lines[-1])["type"] == "footer"
+            assert any("grebe" in line for line in lines)
+        # `export --offline` too, from the command line, beside the running daemon.
+        target = tmp_path / "offline.jsonl"
+        code, _, err = await asyncio.to_thread(
+            run_cli, ["export", "--offline", str(target)], capsys
+        )
+        assert code == 0, err
+        assert err.count("skipped documents") == 3 and "check --repair" in err
+        footer = json.loads(target.read_text().splitlines()[-1])
+        assert footer["counts"]["chunks"] == 1 and len(footer["skipped_unreadable"]) == 3
+
+        async with running.client() as client:
+            repaired = await client.check(repair=True)
+            assert repaired["ok"], repaired
+            actions = {a["name"]: a["count"] for a in repaired["repair"]["actions"]}
+            assert actions["values_cleared"] == 4  # event_time, importance, tags, meta
+            assert (await client.check())["ok"]
+            out = io.StringIO()
+            result = await client.export(out.write)
+            assert result["skipped_unreadable"] == []
+            assert result["counts"]["chunks"] == 4
+            # Nothing of the memories themselves was lost.
+            for text in MEMORIES:
+                hits = (await client.search(text, mode="bm25"))["hits"]
+                assert hits[0]["text"] == text
+    finally:
+        assert await stop(server, task) == 0
+
+
+@pytest.mark.parametrize("token", ["1e400", "-1e400", "Infinity", "NaN"])
+async def test_import_refuses_a_value_it_could_not_give_back(
+    daemon: Running, tmp_path: Path, token: str
+) -> None:
+    async with daemon.client() as client:
+        await client.remember("The lock code is 4711", tags=["home"])
+        out = io.StringIO()
+        await client.export(out.write)
+        lines = out.getvalue().splitlines()
+        number = next(i for i, line in enumerate(lines) if '"type":"chunks"' in line)
+        row: dict[str, Any] = json.loads(lines[number])
+        row["row"]["event_time"] = "@poison"
+        lines[number] = json.dumps(row).replace('"@poison"', token)
+        bad = tmp_path / "poisoned.jsonl"
+        bad.write_text("\n".join(lines) + "\n")
+        with pytest.raises(ParseError, match=r"line \d+: chunks.event_time: .* not a") as caught:
+            await client.import_file(bad)
+        assert caught.value.data["line"] == number + 1
+        assert (await client.check())["ok"]
