@@ -14,6 +14,7 @@ import click
 
 from recalld import __version__
 from recalld.cli.admin import check, config, errors, status
+from recalld.cli.agent import agent
 from recalld.cli.ingest import ingest, sources
 from recalld.cli.mcp_command import mcp
 from recalld.cli.memories import edit, history, link
@@ -59,6 +60,7 @@ for command in (
     models,
     reindex,
     migrate,
+    agent,
 ):
     cli.add_command(command)
 
