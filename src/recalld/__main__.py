@@ -1,6 +1,6 @@
 """`python -m recalld` runs the command-line interface."""
 
-from recalld.cli import main
+from recalld.launcher import main
 
 if __name__ == "__main__":
     main()

@@ -63,6 +63,8 @@ class Filters:
         tags: Every listed tag must be present.
         since: Keep chunks whose event time is at or after this (unix seconds).
         until: Keep chunks whose event time is before this.
+        project: Keep chunks of this project (a git root or folder) and of no project; a
+            document belongs to a project when `storage.projects` records one for it.
     """
 
     sources: tuple[str, ...] = ()
@@ -71,11 +73,12 @@ class Filters:
     tags: tuple[str, ...] = ()
     since: float | None = None
     until: float | None = None
+    project: str | None = None
 
     def is_empty(self) -> bool:
         """True when no filter is set."""
         return not (self.sources or self.kinds or self.granularities or self.tags) and (
-            self.since is None and self.until is None
+            self.since is None and self.until is None and self.project is None
         )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from recalld.cli import main
-from recalld.cli.agent import hook_command, recalld_command
+from recalld.cli.agent import daemon_socket, hook_command, recalld_command
 from recalld.cli.agent_hosts import HOSTS
 
 
@@ -77,7 +77,7 @@ def seed(home: Path, host: str) -> None:
 
 
 def check_installed(home: Path, host: str) -> None:
-    command = hook_command(host, recalld_command())
+    command = hook_command(host, recalld_command(), daemon_socket())
     program = recalld_command()
     spec = HOSTS[host]
     if host == "claude":

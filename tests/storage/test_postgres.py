@@ -80,9 +80,9 @@ async def test_an_isolated_version_1_store_gains_scoped_history(
     assert rows(pg_url, "SELECT to_regclass('chunk_history')") == [(None,)]
     await (await Store.open(pg_url, model_id="hash-64", dimension=64)).close()
     meta = dict(rows(pg_url, "SELECT key, value FROM meta"))
-    assert meta["schema_version"] == str(schema.SCHEMA_VERSION) == "2"
+    assert meta["schema_version"] == str(schema.SCHEMA_VERSION) == "3"
     policies = {r[0] for r in rows(pg_url, "SELECT tablename FROM pg_policies")}
-    assert {"chunk_history", "reindex_vectors", "chunks", "links"} <= policies
+    assert {"chunk_history", "reindex_vectors", "document_projects", "chunks", "links"} <= policies
     [(origin,)] = rows(
         pg_url,
         "SELECT column_default FROM information_schema.columns "

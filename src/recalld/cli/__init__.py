@@ -14,7 +14,7 @@ import click
 
 from recalld import __version__
 from recalld.cli.admin import check, config, errors, status
-from recalld.cli.agent import agent
+from recalld.cli.agent import agent, context
 from recalld.cli.ingest import ingest, sources
 from recalld.cli.mcp_command import mcp
 from recalld.cli.memories import edit, history, link
@@ -61,6 +61,7 @@ for command in (
     reindex,
     migrate,
     agent,
+    context,
 ):
     cli.add_command(command)
 

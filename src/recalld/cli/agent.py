@@ -18,6 +18,7 @@ import click
 
 from recalld.cli import agent_hosts as hosts
 from recalld.cli.agent_hosts import BACKUP_SUFFIX, HOSTS, Change, Host
+from recalld.cli.common import load
 from recalld.cli.output import emit
 from recalld.errors import ConfigError
 
@@ -31,9 +32,19 @@ def recalld_command() -> list[str]:
     return [found] if found else [sys.executable, "-m", "recalld"]
 
 
-def hook_command(host: str, program: list[str]) -> str:
-    """The shell command a host runs for every hook event."""
-    return " ".join(shlex.quote(p) for p in program) + hosts.HOOK_MARK + host
+def hook_command(host: str, program: list[str], socket: Path | None = None) -> str:
+    """The shell command a host runs for every hook event. The socket is written in, so the
+    hook need not resolve the settings on every prompt (re-run the install after changing
+    `daemon.socket`)."""
+    command = " ".join(shlex.quote(p) for p in program) + hosts.HOOK_MARK + host
+    if socket is not None:
+        command += " --socket " + shlex.quote(os.fspath(socket))
+    return command
+
+
+def daemon_socket() -> Path:
+    """The socket the daemon listens on with the current settings."""
+    return load(None, ()).settings.socket_path
 
 
 def _read(path: Path) -> bytes | None:
@@ -61,7 +72,7 @@ def _install_bytes(
     config = hosts.read_json(path, data)
     new = config
     if "hooks" in roles:
-        new = hosts.add_hooks(new, host, hook_command(host.name, program))
+        new = hosts.add_hooks(new, host, hook_command(host.name, program, daemon_socket()))
     if "mcp" in roles:
         new = hosts.add_server(new, [*program, "mcp"])
     return data if new == config else hosts.render_json(new)
@@ -312,3 +323,47 @@ def agent_list(project: Path, as_json: bool) -> None:
             click.echo(f"{row['title']:<12} {row['scope']:<8} {mark:<7} {', '.join(row['files'])}")  # type: ignore[arg-type]
 
     emit({"agents": rows}, as_json, render)
+
+
+@click.command("context")
+@click.option("--host", type=click.Choice(sorted(HOSTS)), help="The agent whose payload this is.")
+@click.option(
+    "--event",
+    help="start, prompt or stop (default: from the payload's hook_event_name).",
+)
+@click.option(
+    "--budget",
+    type=click.IntRange(0, 100_000),
+    default=800,
+    show_default=True,
+    help="Most tokens to inject (0: inject nothing).",
+)
+@click.option("--socket", type=click.Path(dir_okay=False), help="The daemon's socket.")
+@click.option(
+    "--project",
+    type=click.Path(file_okay=False),
+    help="The project folder (default: the payload's cwd, then its git root).",
+)
+@click.option("--verbose", is_flag=True, help="Say on stderr why nothing was printed.")
+def context(
+    host: str | None,
+    event: str | None,
+    budget: int,
+    socket: str | None,
+    project: str | None,
+    verbose: bool,
+) -> None:
+    """Agent hook: read the host's hook payload (JSON) on stdin and print the memories to
+    inject (session start, prompt) or capture the transcript (stop). Always exits 0, printing
+    nothing when the daemon is down or the payload is malformed. `recalld agent install`
+    wires it."""
+    # Imported here: the hook is normally reached without click (see recalld.launcher).
+    from recalld.hooks.context import main as hook
+
+    args = [f"--budget={budget}"]
+    for name, value in (("host", host), ("event", event), ("socket", socket), ("project", project)):
+        if value:
+            args.append(f"--{name}={value}")
+    if verbose:
+        args.append("--verbose=1")
+    hook(args)

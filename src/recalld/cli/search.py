@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from recalld.cli.common import client_command, pass_client
 from recalld.cli.output import emit, snippet, table, when
 from recalld.client import Client
+from recalld.projects import project_of
 from recalld.types import GRANULARITIES, KINDS, MEMORY_TYPES
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _routes(explain: dict[str, Any]) -> str:
@@ -21,6 +25,20 @@ def _routes(explain: dict[str, Any]) -> str:
         extra = ", ".join(f"{k} {v}" for k, v in detail.items() if k != "rank")
         parts.append(f"{route} #{detail.get('rank')} ({extra})")
     return "; ".join(parts) or "-"
+
+
+def project_option(help_text: str) -> Callable[[F], F]:
+    """`--project [DIR]`: the project of DIR (its git root, or DIR itself); alone, of here."""
+    return click.option(
+        "--project",
+        "project",
+        is_flag=False,
+        flag_value=".",
+        default=None,
+        metavar="[DIR]",
+        type=click.Path(file_okay=False),
+        help=help_text,
+    )
 
 
 @click.command()
@@ -52,6 +70,7 @@ def _routes(explain: dict[str, Any]) -> str:
     is_flag=True,
     help='Ignore time words in the query ("last week", "the first time").',
 )
+@project_option("Only this project's hits and those of no project (default DIR: here).")
 @client_command
 @pass_client
 def search(
@@ -69,6 +88,7 @@ def search(
     until: str | None,
     budget: int | None,
     no_time: bool,
+    project: str | None,
     as_json: bool,
 ) -> None:
     """Search memory: hybrid vector + keyword search.
@@ -83,6 +103,7 @@ def search(
         "tags": list(tags),
         "since": since,
         "until": until,
+        "project": project_of(project) if project else None,
     }
     result = client.search(
         " ".join(query),
@@ -154,6 +175,8 @@ def search(
 @click.option("--tag", "tags", multiple=True, help="A tag; repeat for more.")
 @click.option("--importance", type=click.FloatRange(0, 1), default=0.5, show_default=True)
 @click.option("--when", "event_time", help="When it happened (ISO 8601); default now.")
+@project_option("Belong to this project (default DIR: here): shown only there.")
+@click.option("--global", "is_global", is_flag=True, help="Belong to no project (the default).")
 @client_command
 @pass_client
 def remember(
@@ -163,15 +186,20 @@ def remember(
     tags: tuple[str, ...],
     importance: float,
     event_time: str | None,
+    project: str | None,
+    is_global: bool,
     as_json: bool,
 ) -> None:
-    """Store a memory written directly."""
+    """Store a memory written directly, for every project (--global) or one (--project)."""
+    if project and is_global:
+        raise click.UsageError("give --project or --global, not both")
     result = client.remember(
         " ".join(text),
         memory_type=memory_type,
         tags=tags,
         importance=importance,
         event_time=event_time,
+        project=project_of(project) if project else None,
     )
     emit(
         result,

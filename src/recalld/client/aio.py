@@ -15,6 +15,7 @@ from recalld.client.base import (
     DEFAULT_TIMEOUT,
     ProgressCallback,
     absolute,
+    context_params,
     dropped,
     error_from_object,
     export_sink,
@@ -185,10 +186,29 @@ class AsyncClient:
         tags: Sequence[str] = (),
         importance: float = 0.5,
         event_time: float | str | None = None,
+        project: str | None = None,
     ) -> dict[str, Any]:
-        """Store a memory written directly."""
+        """Store a memory written directly; `project` (a folder) scopes it to that project."""
         result: dict[str, Any] = await self.call(
-            "remember", remember_params(text, memory_type, tags, importance, event_time)
+            "remember", remember_params(text, memory_type, tags, importance, event_time, project)
+        )
+        return result
+
+    async def context(
+        self,
+        event: str,
+        *,
+        project: str | None = None,
+        prompt: str | None = None,
+        budget_tokens: int | None = None,
+        session_id: str | None = None,
+        transcript_path: str | None = None,
+    ) -> dict[str, Any]:
+        """What an agent hook injects at `start` or for a `prompt`, or (`stop`) capture a
+        transcript; see docs/protocol.md."""
+        result: dict[str, Any] = await self.call(
+            "context",
+            context_params(event, project, prompt, budget_tokens, session_id, transcript_path),
         )
         return result
 

@@ -46,6 +46,7 @@ METHODS = {
     "links/add": "link",
     "links/list": "links",
     "links/remove": "unlink",
+    "context": "context",
 }
 # Client methods that are a second way to call a socket method.
 ALIASES = {"forget_query": "forget", "forget_confirm": "forget"}
@@ -148,6 +149,7 @@ def remember_params(
     tags: Sequence[str],
     importance: float,
     event_time: float | str | None,
+    project: str | None = None,
 ) -> dict[str, Any]:
     """Params of `remember`."""
     params: dict[str, Any] = {
@@ -158,6 +160,30 @@ def remember_params(
     }
     if event_time is not None:
         params["event_time"] = event_time
+    if project is not None:
+        params["project"] = project
+    return params
+
+
+def context_params(
+    event: str,
+    project: str | None,
+    prompt: str | None,
+    budget_tokens: int | None,
+    session_id: str | None,
+    transcript_path: str | None,
+) -> dict[str, Any]:
+    """Params of `context`, leaving out what is unset."""
+    params: dict[str, Any] = {"event": event}
+    for name, value in (
+        ("project", project),
+        ("prompt", prompt),
+        ("budget_tokens", budget_tokens),
+        ("session_id", session_id),
+        ("transcript_path", transcript_path),
+    ):
+        if value is not None:
+            params[name] = value
     return params
 
 

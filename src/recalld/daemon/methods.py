@@ -18,18 +18,19 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recalld import __version__, protocol
 from recalld.config import LoadedSettings, settings_as_dict
-from recalld.daemon import memories, models, transfer
+from recalld.daemon import context, memories, models, transfer
 from recalld.daemon.params import InvalidParams, Params
 from recalld.daemon.sources import SourceRegistry, source_dict
 from recalld.errors import NotFoundError, RecalldError
 from recalld.ingest.watcher import SOURCE_KINDS
 from recalld.retrieval.search import MODES
-from recalld.storage import check, readers, repair
+from recalld.storage import check, projects, readers, repair
 from recalld.storage.guard import is_disk_full, os_disk_full_error, write_state
 from recalld.types import MEMORY_TYPES, Chunk, Hit
 
@@ -66,6 +67,7 @@ class Context:
     started: float = field(default_factory=time.monotonic)
     started_at: float = field(default_factory=time.time)
     forgets: memories.PendingForgets = field(default_factory=memories.PendingForgets)
+    agents: context.AgentSessions = field(default_factory=context.AgentSessions)
 
 
 def chunk_dict(chunk: Chunk) -> dict[str, Any]:
@@ -177,9 +179,15 @@ async def remember(ctx: Context, params: Params, progress: Progress) -> Any:
     if not 0.0 <= importance <= 1.0:
         raise InvalidParams("param 'importance' must be between 0 and 1", "importance")
     event_time = params.time("event_time")
+    project = params.project("project")
     params.done()
     report = await ctx.memory.remember(
         text, memory_type=memory_type, tags=tags, importance=importance, event_time=event_time
+    )
+    # Every remember says where the memory belongs, so the same text remembered globally
+    # after a project's becomes global (issue 21).
+    await ctx.memory.store.write(
+        partial(projects.set_project, source=report.source, project=project)
     )
     ids: list[Chunk] = []
     if report.document_id is not None:
@@ -345,6 +353,7 @@ METHODS: dict[str, Method] = {
     "errors/list": errors_list,
     "admin/check": admin_check,
     "config/show": config_show,
+    "context": context.context,
     "export": transfer.export,
     "import": transfer.import_,
     "models/list": models.models_list,

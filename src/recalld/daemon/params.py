@@ -11,6 +11,7 @@ not read back or send again never gets in (issue 18).
 from __future__ import annotations
 
 import datetime as dt
+import os
 from typing import Any
 
 from recalld import limits
@@ -208,7 +209,7 @@ class Params:
 
     def filters(self) -> Filters:
         """The `filters` object of `search` and `forget`: sources, kinds, granularities,
-        tags, since and until."""
+        tags, since, until and project."""
         f = self.object("filters")
         filters = Filters(
             sources=f.strings("sources"),
@@ -217,9 +218,20 @@ class Params:
             tags=f.strings("tags"),
             since=f.time("since"),
             until=f.time("until"),
+            project=f.project("project"),
         )
         f.done()
         return filters
+
+    def project(self, name: str) -> str | None:
+        """An optional project: an absolute folder path (issue 21), kept as given."""
+        value: str | None = self.string(name, None)
+        if value is not None and not os.path.isabs(value):
+            raise InvalidParams(
+                f"param {self.prefix + name!r} must be an absolute path (a project folder)",
+                self.prefix + name,
+            )
+        return value
 
     def done(self) -> None:
         """Refuse params the method did not read (typos should not pass silently)."""

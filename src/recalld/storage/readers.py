@@ -124,6 +124,13 @@ def filter_sql(filters: Filters) -> tuple[str, list[Any]]:
     if filters.until is not None:
         clauses.append("c.event_time < ?")
         params.append(filters.until)
+    if filters.project is not None:
+        # This project's documents and those of no project (issue 21), never another's.
+        clauses.append(
+            "NOT EXISTS (SELECT 1 FROM document_projects p "
+            "WHERE p.source = d.source AND p.project <> ?)"
+        )
+        params.append(filters.project)
     return " AND ".join(clauses) or "1", params
 
 

@@ -162,11 +162,19 @@ def _m004_memory_history(conn: Any) -> None:
     _script(history.M004_SQL)(conn)
 
 
+def _m005_projects(conn: Any) -> None:
+    # The project (git root or folder) each document came from (issue 21).
+    from recalld.storage import projects
+
+    _script(projects.M005_SQL)(conn)
+
+
 MIGRATIONS: tuple[tuple[int, str, Migration], ...] = (
     (1, "m001_core", _script(M001_CORE)),
     (2, "m002_vector_index", _m002_vector_index),
     (3, "m003_reindex", _m003_reindex),
     (4, "m004_memory_history", _m004_memory_history),
+    (5, "m005_projects", _m005_projects),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -63,6 +63,12 @@ def filter_sql(filters: Filters) -> tuple[str, list[Any]]:
     if filters.until is not None:
         clauses.append("c.event_time < %s")
         params.append(filters.until)
+    if filters.project is not None:
+        clauses.append(
+            "NOT EXISTS (SELECT 1 FROM document_projects p "
+            "WHERE p.scope = d.scope AND p.source = d.source AND p.project <> %s)"
+        )
+        params.append(filters.project)
     return " AND ".join(clauses) or "true", params
 
 

@@ -24,7 +24,7 @@ Differences from SQLite, and why:
   `user_version`; migrations run under an advisory lock so daemons starting together migrate
   once. PostgreSQL's migrations are numbered on their own: pg_m001 is SQLite's m001 and m002
   (the vector cascade has no counterpart here), pg_m002 is SQLite's m003 and m004 (the reindex
-  staging table, memory history, link origins).
+  staging table, memory history, link origins), pg_m003 is SQLite's m005 (projects).
 """
 
 from __future__ import annotations
@@ -174,10 +174,21 @@ CREATE TABLE reindex_vectors (
 );
 """
 
+# Issue 21 (SQLite m005): the project each document came from, by source.
+M003_PROJECTS = """
+CREATE TABLE document_projects (
+    scope text NOT NULL DEFAULT '',
+    source text NOT NULL,
+    project text NOT NULL,
+    PRIMARY KEY (scope, source)
+);
+CREATE INDEX document_projects_project ON document_projects (project);
+"""
+
 # Tables whose rows belong to a scope (row-level security applies to each).
 SCOPED_TABLES = ("documents", "chunks", "links", "errors")
 # Added by later migrations; `isolate_users` covers them too.
-LATER_SCOPED_TABLES = ("chunk_history", "reindex_vectors")
+LATER_SCOPED_TABLES = ("chunk_history", "reindex_vectors", "document_projects")
 
 Migration = Callable[[psycopg.AsyncConnection[Any]], Coroutine[Any, Any, None]]
 
@@ -194,13 +205,22 @@ async def _m002_history(conn: psycopg.AsyncConnection[Any]) -> None:
     cursor = await conn.execute("SELECT value FROM meta WHERE key = 'isolate_users'")
     row = await cursor.fetchone()
     if row and row[0] == "1":  # a store isolated before this migration: scope the new tables
-        await _isolate_tables(conn, LATER_SCOPED_TABLES)
+        await _isolate_tables(conn, ("chunk_history", "reindex_vectors"))
         await conn.execute("GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO PUBLIC")
+
+
+async def _m003_projects(conn: psycopg.AsyncConnection[Any]) -> None:
+    await _script(M003_PROJECTS)(conn)
+    cursor = await conn.execute("SELECT value FROM meta WHERE key = 'isolate_users'")
+    row = await cursor.fetchone()
+    if row and row[0] == "1":
+        await _isolate_tables(conn, ("document_projects",))
 
 
 MIGRATIONS: tuple[tuple[int, str, Migration], ...] = (
     (1, "pg_m001_core", _script(M001_CORE)),
     (2, "pg_m002_history", _m002_history),
+    (3, "pg_m003_projects", _m003_projects),
 )
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 

@@ -1,0 +1,240 @@
+"""The `context` method: what a coding agent's hooks get from memory (issue 21).
+
+- `start` (a session begins): the project's memories, the user's preferences and recent
+  decisions, newest first, each text once, packed into `budget_tokens` of the model's
+  tokenizer (the whole printed text counts, headings included).
+- `prompt` (the user sent a prompt): a search with the prompt, keeping only hits the store is
+  confident about: the result set passes the gate and each hit's vector is at least halfway
+  from tau to the calibrated "high" similarity. An unrelated prompt gets nothing. A memory
+  already given to the session is not given again.
+- `stop` (a turn or session ended): the transcript becomes a conversation source recorded
+  under the project. It is ingested in the background, one capture per transcript at a time
+  (a stop that arrives meanwhile runs once more afterwards), and like any file it is
+  re-ingested incrementally, so a session is stored once however often it stops.
+
+A project is a folder path (`recalld.projects`); with one, only that project's documents and
+those of no project are read, never another project's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from recalld.daemon.params import InvalidParams, Params
+from recalld.storage import projects
+from recalld.types import Chunk, Filters
+
+if TYPE_CHECKING:
+    from recalld.daemon.methods import Context, Progress
+
+logger = logging.getLogger(__name__)
+
+EVENTS = ("start", "prompt", "stop")
+DEFAULT_BUDGET = 800
+# How many recent memories and facts a session start looks through.
+START_CANDIDATES = 300
+PROMPT_HITS = 8
+# Sessions whose injected chunk ids are remembered (oldest forgotten first).
+SESSIONS_KEPT = 256
+# Words that mark a decision in a memory or a conversation fact.
+DECISION = re.compile(
+    r"\b(decided|decide|decision|agreed|we will|we'll|chose|chosen|going with|settled on|"
+    r"switched to|from now on)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass
+class AgentSessions:
+    """Per-daemon state of the agent hooks: what each session was given, and the transcript
+    captures under way."""
+
+    given: OrderedDict[str, set[int]] = field(default_factory=OrderedDict)
+    captures: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    again: set[str] = field(default_factory=set)
+
+    def seen(self, session: str | None) -> set[int]:
+        """The chunk ids already given to `session` (a fresh set for no session)."""
+        if not session:
+            return set()
+        ids = self.given.pop(session, set())
+        self.given[session] = ids  # most recent last
+        while len(self.given) > SESSIONS_KEPT:
+            self.given.popitem(last=False)
+        return ids
+
+
+def _line(chunk: Chunk) -> str:
+    return "- " + " ".join(chunk.text.split())
+
+
+def _norm(text: str) -> str:
+    return " ".join(text.lower().split())
+
+
+def pack_sections(
+    sections: Iterable[tuple[str, list[Chunk]]],
+    title: str,
+    budget: int,
+    count: Callable[[str], int],
+) -> tuple[str, list[Chunk]]:
+    """The sections' lines under `title`, best first, while the whole text fits `budget`
+    tokens; each text appears once. Returns the text ('' when nothing fits) and its chunks."""
+    lines: list[str] = []
+    used: list[Chunk] = []
+    texts: set[str] = set()
+    for heading, chunks in sections:
+        heading_added = False
+        for chunk in chunks:
+            key = _norm(chunk.text)
+            if not key or key in texts:
+                continue
+            candidate = [*lines] if heading_added else [*lines, heading]
+            candidate.append(_line(chunk))
+            if count("\n".join([title, *candidate])) > budget:
+                continue  # a shorter one further down may still fit
+            lines, heading_added = candidate, True
+            texts.add(key)
+            used.append(chunk)
+    if not used:
+        return "", []
+    return "\n".join([title, *lines]), used
+
+
+async def _start(ctx: Context, project: str | None, budget: int, seen: set[int]) -> dict[str, Any]:
+    memory = ctx.memory
+    scope = Filters(granularities=("memory", "fact"), project=project)
+    candidates = await memory.store.read(
+        lambda c: projects.recent_chunks(c, scope, START_CANDIDATES)
+    )
+    candidates = [c for c in candidates if c.status == "active" and c.id not in seen]
+    sources = {c.source for c in candidates if c.granularity == "memory"}
+    owners = await memory.store.read(lambda c: _projects_of(c, sources))
+    mine = [c for c in candidates if c.granularity == "memory" and owners.get(c.source) == project]
+    preferences = [c for c in candidates if c.memory_type == "preference"]
+    decisions = [c for c in candidates if DECISION.search(c.text)]
+    name = os.path.basename(project) if project else "you"
+    sections = [
+        ("This project:", mine if project else []),
+        ("Preferences:", preferences),
+        ("Recent decisions:", decisions),
+    ]
+    title = f"From recalld (long-term memory) for {name}:"
+    count = memory.embedder.count_tokens
+    text, used = await asyncio.to_thread(pack_sections, sections, title, budget, count)
+    return _result("start", text, used, budget, count)
+
+
+async def _projects_of(conn: Any, sources: Iterable[str]) -> dict[str, str | None]:
+    return {s: await projects.project_of(conn, s) for s in sources}
+
+
+async def _prompt(
+    ctx: Context, project: str | None, prompt: str, budget: int, seen: set[int]
+) -> dict[str, Any]:
+    memory = ctx.memory
+    if not prompt.strip():
+        return _result("prompt", "", [], budget, memory.embedder.count_tokens)
+    result = await memory.search(prompt, limit=PROMPT_HITS, filters=Filters(project=project))
+    searcher = memory.searcher
+    tau = searcher.settings.tau or searcher.calibration.tau
+    # Halfway from "no evidence" to "strong evidence": a prompt's words match many chunks
+    # loosely, so the gate's own tau lets too much in for something injected unasked.
+    floor = (tau + searcher.calibration.high) / 2
+    confident = [
+        h.chunk
+        for h in result.hits
+        if not result.rejected
+        and h.chunk.id not in seen
+        and h.explain.get("routes", {}).get("vector", {}).get("similarity", 0.0) >= floor
+    ]
+    title = "From recalld (long-term memory), related to this prompt:"
+    count = memory.embedder.count_tokens
+    text, used = await asyncio.to_thread(pack_sections, [("", confident)], title, budget, count)
+    text = "\n".join(line for line in text.split("\n") if line)  # no empty heading line
+    return _result("prompt", text, used, budget, count)
+
+
+def _result(
+    event: str, text: str, used: list[Chunk], budget: int, count: Callable[[str], int]
+) -> dict[str, Any]:
+    return {
+        "event": event,
+        "text": text,
+        "tokens": count(text) if text else 0,
+        "budget_tokens": budget,
+        "items": [{"id": c.id, "source": c.source, "granularity": c.granularity} for c in used],
+    }
+
+
+async def _capture(ctx: Context, path: Path, project: str | None) -> None:
+    """Ingest one transcript; reruns once if another stop came in meanwhile."""
+    key = os.fspath(path)
+    sessions: AgentSessions = ctx.agents
+    try:
+        while True:
+            sessions.again.discard(key)
+            await ctx.memory.store.write(partial(projects.set_project, source=key, project=project))
+            report = await ctx.scheduler.ingest_now(path)
+            if report.failed:
+                logger.warning("capturing %s failed: %s", key, report.errors[:1])
+            if key not in sessions.again:
+                return
+    except Exception:
+        logger.warning("capturing %s failed", key, exc_info=True)
+    finally:
+        sessions.captures.pop(key, None)
+
+
+def _stop(ctx: Context, transcript: str | None, project: str | None) -> dict[str, Any]:
+    if not transcript:
+        return {"event": "stop", "captured": None}
+    path = Path(transcript)
+    if not path.is_absolute():
+        raise InvalidParams("param 'transcript_path' must be an absolute path", "transcript_path")
+    if not path.is_file():
+        return {"event": "stop", "captured": None, "reason": "no such file"}
+    key = os.fspath(path)
+    sessions: AgentSessions = ctx.agents
+    if key in sessions.captures:
+        sessions.again.add(key)  # the running capture reads the file once more when done
+    else:
+        sessions.captures[key] = asyncio.ensure_future(_capture(ctx, path, project))
+    return {"event": "stop", "captured": key, "project": project}
+
+
+async def context(ctx: Context, params: Params, progress: Progress) -> Any:
+    """What an agent hook injects (`start`, `prompt`) or captures (`stop`); see the module
+    docstring and docs/protocol.md."""
+    event = params.string("event")
+    if event not in EVENTS:
+        raise InvalidParams(f"param 'event' must be one of {', '.join(EVENTS)}", "event")
+    project = params.project("project")
+    budget = params.integer("budget_tokens", DEFAULT_BUDGET, low=0, high=100_000)
+    prompt = params.string("prompt", "", blank=True)
+    session = params.string("session_id", None, blank=True)
+    transcript = params.string("transcript_path", None, blank=True)
+    params.done()
+    if event == "stop":
+        return _stop(ctx, transcript, project)
+    if budget == 0:
+        return {"event": event, "text": "", "tokens": 0, "budget_tokens": 0, "items": []}
+    seen = ctx.agents.seen(session)
+    if event == "start":
+        # A start (new, resumed or compacted session) gives everything again: the model's
+        # context is fresh. What it gave is then not repeated at the session's prompts.
+        seen.clear()
+        out = await _start(ctx, project, budget, seen)
+    else:
+        out = await _prompt(ctx, project, prompt, budget, seen)
+    seen.update(item["id"] for item in out["items"])
+    return out

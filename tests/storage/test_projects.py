@@ -1,0 +1,51 @@
+"""Projects (issue 21, migration m005 / pg_m003): a search scoped to a project keeps its
+documents and those of no project, never another project's; on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+from recalld.storage import projects, readers, schema
+from recalld.storage.connection import connect
+from recalld.storage.store import Store
+from recalld.types import Filters
+from tests.storage.conftest import EMBEDDER, put
+
+
+async def test_m005_adds_the_projects_table(tmp_path: Path) -> None:
+    conn = connect(tmp_path / "m.db")
+    schema.migrate(conn, schema.MIGRATIONS[:4])
+    assert schema.migrate(conn) == schema.SCHEMA_VERSION
+    assert conn.execute("SELECT count(*) FROM document_projects").fetchone()[0] == 0
+    conn.close()
+
+
+async def test_project_filter_keeps_own_and_global(store: Store) -> None:
+    await put(store, "/a/notes.md", ["otter habitat notes for project a"])
+    await put(store, "/b/notes.md", ["otter habitat notes for project b"], digest="h2")
+    await put(store, "memory:global", ["otter habitat notes for everyone"], digest="h3")
+    await store.write(partial(projects.set_project, source="/a/notes.md", project="/a"))
+    await store.write(partial(projects.set_project, source="/b/notes.md", project="/b"))
+    assert await store.read(partial(projects.project_of, source="/a/notes.md")) == "/a"
+
+    def sources(found: list[tuple[int, float]], chunks: dict[int, object]) -> set[str]:
+        return {chunks[i].source for i, _ in found}  # type: ignore[attr-defined]
+
+    scoped = Filters(project="/a")
+    vector = EMBEDDER.embed(["otter habitat"])[0]
+    knn = await store.read(lambda c: readers.knn(c, vector, 10, scoped))
+    chunks = await store.read(lambda c: readers.chunks_by_id(c, [i for i, _ in knn]))
+    assert sources(knn, chunks) == {"/a/notes.md", "memory:global"}
+    fts = await store.read(lambda c: readers.fts(c, '"otter"', 10, scoped))
+    chunks = await store.read(lambda c: readers.chunks_by_id(c, [i for i, _ in fts]))
+    assert sources(fts, chunks) == {"/a/notes.md", "memory:global"}
+    recent = await store.read(lambda c: projects.recent_chunks(c, Filters(project="/b"), 10))
+    assert {c.source for c in recent} == {"/b/notes.md", "memory:global"}
+    everything = await store.read(lambda c: projects.recent_chunks(c, Filters(), 10))
+    assert len(everything) == 3
+
+    # No project any more: the document becomes global.
+    await store.write(partial(projects.set_project, source="/b/notes.md", project=None))
+    recent = await store.read(lambda c: projects.recent_chunks(c, scoped, 10))
+    assert {c.source for c in recent} == {"/a/notes.md", "/b/notes.md", "memory:global"}
