@@ -73,6 +73,7 @@ class AsyncMemory:
             facts=self._facts,
             links=settings.links,
             supersession=self._supersession,
+            privacy=settings.privacy,
         )
         self.searcher = Searcher(
             store, embedder, settings.search, calibration, settings.embed.query_cache

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from dataclasses import replace
 
 from recalld.chunkers.code import chunk_code
 from recalld.chunkers.conversation import conversation_chunks
@@ -26,6 +27,7 @@ from recalld.chunkers.decode import decode_text
 from recalld.chunkers.documents import DOCUMENT_FORMATS, convert_document
 from recalld.chunkers.formats import parse_conversations_text
 from recalld.chunkers.options import DEFAULT_OPTIONS, ChunkedSource, ChunkOptions, KeyMaker
+from recalld.chunkers.secrets import mark_redactions, redact, redact_note
 from recalld.chunkers.text import chunk_text
 from recalld.errors import ParseError, UnsupportedFormatError
 from recalld.types import ChunkDraft
@@ -155,8 +157,16 @@ def _route(name: str, base: str, ext: str, data: bytes) -> tuple[str, str, str]:
     raise _unsupported(name, f"unsupported file type {ext}")
 
 
+def redact_text(text: str, options: ChunkOptions) -> tuple[str, list[str]]:
+    """`text` with its secrets replaced when `options.redact`, and a note saying what went."""
+    if not options.redact:
+        return text, []
+    clean, found = redact(text, entropy=options.redact_entropy)
+    return (clean, [redact_note(found)]) if found else (text, [])
+
+
 def chunk_file(name: str, data: bytes, options: ChunkOptions = DEFAULT_OPTIONS) -> ChunkedSource:
-    """Detect a file's format and chunk it.
+    """Detect a file's format, redact its secrets (`options.redact`) and chunk it.
 
     Args:
         name: The file's name or path (only its base name is looked at).
@@ -171,6 +181,13 @@ def chunk_file(name: str, data: bytes, options: ChunkOptions = DEFAULT_OPTIONS) 
         UnsupportedFormatError: The file type is not one recalld reads.
         ParseError: The file claims a supported format but is binary, corrupt or truncated.
     """
+    parsed = _chunk_file(name, data, options)
+    if not options.redact:
+        return parsed
+    return replace(parsed, chunks=mark_redactions(parsed.chunks))
+
+
+def _chunk_file(name: str, data: bytes, options: ChunkOptions) -> ChunkedSource:
     base = os.path.basename(name)
     ext = os.path.splitext(base)[1].lower()
     if ext in DOCUMENT_FORMATS:
@@ -184,6 +201,8 @@ def chunk_file(name: str, data: bytes, options: ChunkOptions = DEFAULT_OPTIONS) 
             text, notes = decode_text(data, name)
             data, charset = text.encode("utf-8"), "utf-8"
         markdown, more = convert_document(name, fmt, data, charset)
+        markdown, redacted = redact_text(markdown, options)
+        more += redacted
         chunks = with_dates(chunk_text(markdown, options, syntax="markdown", fmt=fmt), markdown)
         return ChunkedSource("text", fmt, chunks, notes + more)
 
@@ -195,6 +214,8 @@ def chunk_file(name: str, data: bytes, options: ChunkOptions = DEFAULT_OPTIONS) 
             raise _unsupported(name, "binary file without an extension") from None
         raise
     text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text, redacted = redact_text(text, options)
+    notes += redacted
     if kind == "sniff":
         if text.lstrip()[:1] in ("[", "{"):
             try:

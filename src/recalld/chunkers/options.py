@@ -50,6 +50,8 @@ class ChunkOptions:
         turn_windows: Also produce a `window` chunk per conversation turn: the turn with the
             turn before it, so a question and the answer that opens the next round share a
             unit (issue 14).
+        redact: Replace keys, tokens and passwords in the text before chunking (`secrets`).
+        redact_entropy: Also long random-looking strings.
     """
 
     max_tokens: int = 240
@@ -57,6 +59,8 @@ class ChunkOptions:
     count_tokens: Callable[[str], int] = approx_tokens
     facts: bool = True
     turn_windows: bool = False
+    redact: bool = True
+    redact_entropy: bool = True
 
     def __post_init__(self) -> None:
         # A window smaller than a short sentence makes every splitter degenerate; overlap must

@@ -60,6 +60,7 @@ def status(client: Client, as_json: bool) -> None:
                 ("documents", counts["documents"]),
                 ("chunks", counts["chunks"]),
                 ("errors", info["errors"]),
+                *_privacy_rows(info.get("privacy")),
                 (
                     "pending",
                     f"{info['pending']} (events {queues['events']}, jobs {queues['jobs']}, "
@@ -69,6 +70,19 @@ def status(client: Client, as_json: bool) -> None:
         )
 
     emit(info, as_json, render)
+
+
+def _privacy_rows(privacy: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """Redacted chunks and skipped files, when there are any."""
+    if not privacy:
+        return []
+    rows: list[tuple[str, Any]] = []
+    if privacy.get("redacted_chunks"):
+        rows.append(("redacted", f"{privacy['redacted_chunks']} chunks held secrets"))
+    if skipped := privacy.get("skipped"):
+        by_type = ", ".join(f"{t} {n}" for t, n in sorted(skipped.items(), key=lambda x: -x[1]))
+        rows.append(("skipped", f"{sum(skipped.values())} unsupported files ({by_type})"))
+    return rows
 
 
 @click.command()

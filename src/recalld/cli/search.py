@@ -158,6 +158,9 @@ def search(
                 )
             for i, hit in enumerate(hits, start=1):
                 out.print(f"  #{i} id {hit['id']}: {_routes(hit.get('explain', {}))}")
+                if redacted := (hit.get("meta") or {}).get("redacted"):
+                    kinds = ", ".join(sorted({r["type"] for r in redacted}))
+                    out.print(f"      redacted before storing: {kinds}", markup=False)
 
     emit(result, as_json, render)
 

@@ -302,6 +302,7 @@ async def status(ctx: Context, params: Params, progress: Progress) -> Any:
         "queues": depths,
         "pending": sum(depths.values()),
         "errors": counts.get("errors", 0),
+        "privacy": await memory.store.read(readers.privacy_counts),
         "ingested": ctx.scheduler.totals.as_dict(),
         "reindex": memory.reindexer.status(),
         "last_reindex": memory.reindexer.last,

@@ -33,7 +33,8 @@ from recalld.chunkers import (
     parse_conversations,
 )
 from recalld.chunkers.options import KeyMaker
-from recalld.config import ChunkSettings, LinkSettings
+from recalld.chunkers.secrets import mark_redactions, redact
+from recalld.config import ChunkSettings, LinkSettings, PrivacySettings
 from recalld.embeddings.base import Embedder
 from recalld.errors import IngestError, NotFoundError, RecalldError
 from recalld.ingest.autolink import AutoLinker
@@ -124,6 +125,8 @@ class Ingestor:
             None: heuristic facts. The caller closes it.
         links: Auto-link settings (similar, supersedes); default `LinkSettings()`.
         supersession: The LLM knowledge-update detector; None: the rule. The caller closes it.
+        privacy: Secret redaction (`redact`, `redact_entropy`); default `PrivacySettings()`,
+            redaction on.
     """
 
     def __init__(
@@ -137,15 +140,19 @@ class Ingestor:
         facts: LLMFactExtractor | None = None,
         links: LinkSettings | None = None,
         supersession: LLMSupersessionDetector | None = None,
+        privacy: PrivacySettings | None = None,
     ) -> None:
         self.store = store
         self.embedder = embedder
+        privacy = privacy or PrivacySettings()
         self.options = ChunkOptions(
             max_tokens=chunking.max_tokens,
             overlap_tokens=chunking.overlap_tokens,
             count_tokens=embedder.count_tokens,
             facts=chunking.facts,
             turn_windows=chunking.turn_windows,
+            redact=privacy.redact,
+            redact_entropy=privacy.redact_entropy,
         )
         self.max_file_bytes = max_file_bytes
         self.batch_size = batch_size
@@ -191,13 +198,22 @@ class Ingestor:
         return reports[0]
 
     async def ingest_many(
-        self, items: Sequence[tuple[str, str, bytes, float | None, int | None]]
+        self,
+        items: Sequence[tuple[str, str, bytes, float | None, int | None]],
+        *,
+        redact: bool = True,
     ) -> list[IngestReport]:
         """Ingest several sources, sharing embedding batches between them.
+
+        Args:
+            items: `(source, name, data, mtime, size)` each.
+            redact: False stores the text unredacted even when redaction is on (the user
+                asked for it: `ingest --allow-secrets`).
 
         Raises:
             IngestError: For the first source that failed, after the others were ingested.
         """
+        options = self.options if redact else replace(self.options, redact=False)
         reports: list[IngestReport | None] = [None] * len(items)
         prepared: list[tuple[int, _Prepared]] = []
         first_error: RecalldError | None = None
@@ -208,9 +224,9 @@ class Ingestor:
                 reports[index] = IngestReport(source, "unchanged", stored.id, stored.chunk_count)
                 continue
             try:
-                parsed = await asyncio.to_thread(chunk_file, name, data, self.options)
+                parsed = await asyncio.to_thread(chunk_file, name, data, options)
                 if self.facts is not None and parsed.kind == "conversation":
-                    parsed = await self._with_llm_facts(name, data, parsed, self.facts)
+                    parsed = await self._with_llm_facts(name, data, parsed, self.facts, options)
             except RecalldError as exc:
                 exc.data.setdefault("path", source)
                 await self._record_error(source, exc)
@@ -224,10 +240,16 @@ class Ingestor:
         return [r for r in reports if r is not None]
 
     async def _with_llm_facts(
-        self, name: str, data: bytes, parsed: ChunkedSource, extractor: LLMFactExtractor
+        self,
+        name: str,
+        data: bytes,
+        parsed: ChunkedSource,
+        extractor: LLMFactExtractor,
+        options: ChunkOptions,
     ) -> ChunkedSource:
-        """Rebuild a conversation log's chunks with facts from the LLM (heuristic on failure)."""
-        conversations, _ = await asyncio.to_thread(parse_conversations, name, data)
+        """Rebuild a conversation log's chunks with facts from the LLM (heuristic on failure).
+        The rounds are parsed with their secrets redacted, so none reaches the endpoint."""
+        conversations, _ = await asyncio.to_thread(parse_conversations, name, data, options)
         notes = list(parsed.notes)
         found: list[dict[str, list[str]]] | None
         try:
@@ -242,8 +264,10 @@ class Ingestor:
             )
             found = None
         chunks = await asyncio.to_thread(
-            _conversation_drafts, conversations, self.options, found, extractor.model
+            _conversation_drafts, conversations, options, found, extractor.model
         )
+        if options.redact:
+            chunks = mark_redactions(chunks)
         return ChunkedSource(parsed.kind, parsed.format, chunks, notes)
 
     async def _embed_and_write(self, docs: list[_Prepared]) -> list[tuple[int, IngestReport]]:
@@ -321,6 +345,11 @@ class Ingestor:
             )
         return reports
 
+    def _redact(self, text: str) -> str:
+        if not self.options.redact:
+            return text
+        return redact(text, entropy=self.options.redact_entropy)[0]
+
     def _count_tokens(self, texts: list[str]) -> list[int]:
         return [self.embedder.count_tokens(t) for t in texts]
 
@@ -351,9 +380,10 @@ class Ingestor:
         if not text.strip():
             raise IngestError("a memory needs some text")
         check_memory_type(memory_type)
-        digest = content_hash(text.strip().encode())
+        text = await asyncio.to_thread(self._redact, text.strip())
+        digest = content_hash(text.encode())
         draft = ChunkDraft(
-            text=text.strip(),
+            text=text,
             kind="memory",
             granularity="memory",
             key="memory",
@@ -362,6 +392,7 @@ class Ingestor:
             memory_type=memory_type,
             importance=importance,
         )
+        [draft] = mark_redactions([draft])
         source = f"{MEMORY_PREFIX}{digest[:16]}"
         parsed = ChunkedSource(kind="memory", format="memory", chunks=[draft], notes=[])
         [(_, report)] = await self._embed_and_write([_Prepared(source, digest, parsed, None, None)])
@@ -391,6 +422,8 @@ class Ingestor:
         text = chunk.text if edit.text is None else edit.text.strip()
         if not text:
             raise IngestError("a memory needs some text")
+        if edit.text is not None:
+            text = await asyncio.to_thread(self._redact, text)
         draft = ChunkDraft(
             text=text,
             kind="memory",

@@ -529,7 +529,7 @@ class Scheduler:
                 reads.append(found)
         await self._remove(gone, reads, report)
         if reads:
-            await self._ingest(reads, report, explicit)
+            await self._ingest(reads, report, explicit, allow_secrets)
         return report
 
     def _refusal(self, path: Path, source: WatchedSource | None, allow_secrets: bool) -> str | None:
@@ -574,7 +574,11 @@ class Scheduler:
                 logger.info("removed %d documents under %s", len(inside), source)
 
     async def _ingest(
-        self, reads: list[_Read], report: BatchReport, explicit: bool = False
+        self,
+        reads: list[_Read],
+        report: BatchReport,
+        explicit: bool = False,
+        allow_secrets: bool = False,
     ) -> None:
         todo: list[_Read] = []
         for item in reads:
@@ -591,7 +595,7 @@ class Scheduler:
             return
         items = [(r.source, r.path.name, r.data, r.mtime, r.size) for r in todo]
         try:
-            for result in await self.ingestor.ingest_many(items):
+            for result in await self.ingestor.ingest_many(items, redact=not allow_secrets):
                 self._count(report, result)
                 self._failed.pop(result.source, None)
             for item in todo:
@@ -620,7 +624,7 @@ class Scheduler:
             # Isolate the file that broke the batch.
             for item in todo:
                 single = BatchReport()
-                await self._ingest([item], single, explicit)
+                await self._ingest([item], single, explicit, allow_secrets)
                 single.files -= 1
                 report.add(single)
 

@@ -379,6 +379,23 @@ async def counts(conn: Any) -> dict[str, int]:
 
 
 @routed
+async def privacy_counts(conn: Any) -> dict[str, Any]:
+    """For `status`: chunks holding a redaction marker, and files skipped by type (recorded
+    as documents of kind `skipped`, without chunks)."""
+    # The FTS index finds the few chunks with the marker's word; their meta confirms it.
+    redacted = await fetchall(
+        conn,
+        "SELECT count(*) FROM chunks WHERE id IN "
+        "(SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH 'redacted') "
+        "AND meta LIKE '%\"redacted\"%'",
+    )
+    skipped = await fetchall(
+        conn, "SELECT format, count(*) FROM documents WHERE kind = 'skipped' GROUP BY format"
+    )
+    return {"redacted_chunks": int(redacted[0][0]), "skipped": {r[0]: int(r[1]) for r in skipped}}
+
+
+@routed
 async def errors(conn: Any, limit: int = 100) -> list[dict[str, Any]]:
     """The most recent ingest errors."""
     rows = await fetchall(

@@ -37,6 +37,8 @@ from recalld.chunkers.formats.messages import (
     parse_messages,
 )
 from recalld.chunkers.formats.model import Conversation, Round, Session, Turn
+from recalld.chunkers.options import DEFAULT_OPTIONS, ChunkOptions
+from recalld.chunkers.secrets import redact
 from recalld.errors import ParseError
 
 __all__ = [
@@ -148,8 +150,11 @@ def parse_conversations_text(name: str, text: str) -> tuple[list[Conversation], 
     return found, notes
 
 
-def parse_conversations(name: str, data: bytes) -> tuple[list[Conversation], list[str]]:
-    """Parse a conversation log of any supported format.
+def parse_conversations(
+    name: str, data: bytes, options: ChunkOptions = DEFAULT_OPTIONS
+) -> tuple[list[Conversation], list[str]]:
+    """Parse a conversation log of any supported format, its secrets redacted first
+    (`options.redact`, as `chunk_file` does).
 
     The ingest layer calls this to run an LLM fact extractor on the rounds before
     `conversation_chunks` builds the chunks.
@@ -157,6 +162,7 @@ def parse_conversations(name: str, data: bytes) -> tuple[list[Conversation], lis
     Args:
         name: The file's name (its stem names conversations that carry no id).
         data: The file's bytes.
+        options: Whether and how to redact.
 
     Returns:
         The conversations (empty if the content is not a conversation log) and notes on
@@ -166,5 +172,7 @@ def parse_conversations(name: str, data: bytes) -> tuple[list[Conversation], lis
         ParseError: The content is binary, or looks like JSON but nothing in it parses.
     """
     text, notes = decode_text(data, name)
+    if options.redact:
+        text, _ = redact(text, entropy=options.redact_entropy)
     conversations, more = parse_conversations_text(name, text)
     return conversations, notes + more

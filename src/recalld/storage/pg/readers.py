@@ -294,6 +294,18 @@ async def counts(conn: PgConn) -> dict[str, int]:
     }
 
 
+async def privacy_counts(conn: PgConn) -> dict[str, Any]:
+    """For `status`: chunks holding a redaction marker, and files skipped by type."""
+    redacted = await conn.fetch(
+        "SELECT count(*) FROM chunks WHERE tsv @@ to_tsquery('simple', 'redacted') "
+        "AND meta LIKE '%%\"redacted\"%%'"
+    )
+    skipped = await conn.fetch(
+        "SELECT format, count(*) FROM documents WHERE kind = 'skipped' GROUP BY format"
+    )
+    return {"redacted_chunks": int(redacted[0][0]), "skipped": {r[0]: int(r[1]) for r in skipped}}
+
+
 async def errors(conn: PgConn, limit: int = 100) -> list[dict[str, Any]]:
     """The most recent ingest errors."""
     rows = await conn.fetch(

@@ -1,0 +1,120 @@
+"""Secrets are redacted before chunking, embedding and FTS (issue 16): documents, code,
+conversation logs (also on their way to an LLM fact extractor) and memories, in a real store."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from recalld.api import AsyncMemory
+from recalld.config import load_settings
+from recalld.embeddings.base import HashEmbedder
+from recalld.embeddings.openai_compat import RetryPolicy
+from recalld.ingest.facts_llm import CACHE_FILE, LLMFactExtractor
+from recalld.ingest.pipeline import Ingestor
+from recalld.storage import readers
+from tests.helpers.fake_openai import FakeOpenAI
+
+AWS_ID = "AKIAQ3EGRTX7NLZW4P6K"
+GITHUB = "ghp_R7u2Kq9Xw4Zt1Lm8Nb3Vc6Hj5Gf0Ds2Ay7Pe"
+OPENAI = "sk-proj-R7u2Kq9Xw4Zt1Lm8Nb3Vc6Hj5Gf0Ds"
+VALUES = (AWS_ID, GITHUB, OPENAI, "hunter2x")
+
+
+async def open_memory(home: Path, **overrides: str) -> AsyncMemory:
+    settings = load_settings(None, {"RECALLD_HOME": str(home)}, overrides).settings
+    return await AsyncMemory.open(settings, embedder=HashEmbedder(64))
+
+
+@pytest.fixture
+async def memory(tmp_path: Path) -> AsyncIterator[AsyncMemory]:
+    async with await open_memory(tmp_path / "home") as opened:
+        yield opened
+
+
+async def all_text(memory: AsyncMemory) -> str:
+    """Every stored chunk's text and meta, and the FTS index's own copy of the text."""
+
+    async def read(conn: Any) -> str:
+        rows = await readers.fetchall(conn, "SELECT text, meta FROM chunks")
+        fts = await readers.fetchall(conn, "SELECT text FROM chunks_fts")
+        return "\n".join([r[0] + r[1] for r in rows] + [r[0] for r in fts])
+
+    return await memory.store.read(read)
+
+
+def files(folder: Path) -> dict[str, bytes]:
+    chat = [
+        {"role": "user", "content": f"Here is my OpenAI key {OPENAI}, keep it safe."},
+        {"role": "assistant", "content": "Noted; I will not repeat it."},
+    ]
+    return {
+        "notes.md": f"# Cutover\n\nThe deploy key is {AWS_ID}; db password: hunter2x.\n".encode(),
+        "deploy.py": f'GITHUB_TOKEN = "{GITHUB}"\n\n\ndef deploy():\n    return 1\n'.encode(),
+        "chat.jsonl": "\n".join(json.dumps(m) for m in chat).encode(),
+        "page.html": f"<html><body><p>token: {GITHUB}</p></body></html>".encode(),
+    }
+
+
+async def test_no_value_reaches_the_store_and_each_is_recorded(memory: AsyncMemory) -> None:
+    items = [(f"/p/{name}", name, data, None, None) for name, data in files(Path()).items()]
+    reports = await memory.ingestor.ingest_many(items)
+    assert all(r.status == "ingested" for r in reports)
+    report = await memory.remember(f"The staging deploy uses {GITHUB}")
+    stored = await all_text(memory)
+    for value in VALUES:
+        assert value not in stored, value
+    for value in VALUES:
+        result = await memory.search(value, mode="bm25")
+        assert all(value not in h.chunk.text for h in result.hits)
+    # The type and place are kept; so is everything around the value.
+    result = await memory.search("deploy key cutover", mode="bm25")
+    top = result.hits[0].chunk
+    assert "[REDACTED:aws_access_key]" in top.text and "[REDACTED:password]" in top.text
+    assert [r["type"] for r in top.meta["redacted"]] == ["aws_access_key", "password"]
+    assert top.text[top.meta["redacted"][0]["at"] :].startswith("[REDACTED:aws_access_key]")
+    assert report.notes == [] and report.document_id is not None
+    counts = await memory.store.read(readers.privacy_counts)
+    assert counts["redacted_chunks"] >= 5 and counts["skipped"] == {}
+
+
+async def test_redaction_can_be_switched_off(memory: AsyncMemory, tmp_path: Path) -> None:
+    [report] = await memory.ingestor.ingest_many(
+        [("/p/a.md", "a.md", f"key {AWS_ID}\n".encode(), None, None)], redact=False
+    )
+    assert report.status == "ingested" and AWS_ID in await all_text(memory)
+    async with await open_memory(tmp_path / "off", **{"privacy.redact": "false"}) as off:
+        await off.remember(f"token {GITHUB}")
+        assert GITHUB in await all_text(off)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as fake:
+        yield fake
+
+
+async def test_llm_fact_extractor_never_sees_a_value(
+    memory: AsyncMemory, server: FakeOpenAI, tmp_path: Path
+) -> None:
+    extractor = LLMFactExtractor(
+        "test-chat",
+        base_url=server.base_url,
+        retry=RetryPolicy(max_retries=1, base_delay_s=0.01, max_delay_s=0.02),
+        cache_path=tmp_path / "cache" / CACHE_FILE,
+    )
+    try:
+        ingestor = Ingestor(memory.store, memory.embedder, memory.settings.chunk, facts=extractor)
+        chat = files(tmp_path)["chat.jsonl"]
+        report = await ingestor.ingest_bytes("/p/chat.jsonl", "chat.jsonl", chat)
+    finally:
+        await extractor.aclose()
+    assert report.status == "ingested"
+    sent = [json.dumps(r.body) for r in server.requests_to("chat/completions")]
+    assert sent and all(OPENAI not in body for body in sent)
+    assert any("[REDACTED:openai_key]" in body for body in sent)
+    assert OPENAI not in await all_text(memory)
