@@ -157,10 +157,10 @@ async def test_unexpected_failure_is_isolated(
     bad = write(folder / "bad.md", "A file that trips a bug.\n")
     real = memory.ingestor.ingest_many
 
-    async def flaky(items: Any) -> Any:
+    async def flaky(items: Any, **options: Any) -> Any:
         if any(source == str(bad) for source, *_ in items):
             raise RuntimeError("boom")
-        return await real(items)
+        return await real(items, **options)
 
     monkeypatch.setattr(memory.ingestor, "ingest_many", flaky)
     async with Harness(memory, folder) as h:
