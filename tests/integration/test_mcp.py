@@ -17,7 +17,13 @@ from tests.integration.conftest import Daemon
 
 pytestmark = pytest.mark.integration
 
-TOOLS = {"search", "remember", "forget", "get", "ingest", "status"}
+TOOLS = {"search", "remember", "forget", "get", "ingest", "status"} | {
+    "context",
+    "edit",
+    "history",
+    "link",
+    "sources",
+}
 
 
 @pytest.fixture

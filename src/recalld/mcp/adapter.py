@@ -1,4 +1,5 @@
-"""The MCP tools: search, remember, forget, get, ingest and status, each one socket call.
+"""The MCP tools: search, remember, forget, get, ingest and status, each one socket call
+(`recalld.mcp.agent_tools` adds context, edit, history, link and sources).
 
 Tool descriptions are what an assistant reads to decide when and how to call a tool, so they
 say what the tool is for, not how it works. Errors from the daemon come back as MCP tool
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
+import os
 from collections.abc import Awaitable
 from typing import Annotated, Any, Literal
 
@@ -22,14 +24,16 @@ from pydantic import Field
 from recalld import __version__
 from recalld.client import AsyncClient
 from recalld.errors import DaemonNotRunning, RecalldError
+from recalld.projects import project_of
 
 logger = logging.getLogger(__name__)
 
 INSTRUCTIONS = """\
 recalld is the user's long-term memory: their notes, documents, code and past conversations,
-plus facts and preferences remembered on purpose. Search it before answering questions about
-the user, their projects or earlier conversations; remember durable facts, decisions and
-preferences the user states; forget what the user asks you to forget."""
+plus facts and preferences remembered on purpose. Call `context` when you start work in a
+project. Search it before answering questions about the user, their projects or earlier
+conversations; remember durable facts, decisions and preferences the user states (`edit` or
+`link ... supersedes` when they change); forget what the user asks you to forget."""
 
 Kind = Literal["text", "code", "conversation", "memory"]
 Granularity = Literal["chunk", "session", "round", "window", "fact", "memory"]
@@ -148,6 +152,13 @@ def build_server(client: AsyncClient) -> MCPServer:
         event_time: Annotated[
             str | None, Field(description="When it happened, as an ISO date (default: now).")
         ] = None,
+        project: Annotated[
+            bool,
+            Field(
+                description="True: only for the project worked in (its git root); false: "
+                "for every project (user facts, preferences)."
+            ),
+        ] = False,
     ) -> dict[str, Any]:
         """Store something in long-term memory so it can be found in later conversations:
         a fact about the user, a decision, a preference or how something is done. The same
@@ -159,6 +170,7 @@ def build_server(client: AsyncClient) -> MCPServer:
                 tags=tags or (),
                 importance=importance,
                 event_time=event_time,
+                project=project_of(os.getcwd()) if project else None,
             )
         )
         return result
@@ -221,7 +233,16 @@ def build_server(client: AsyncClient) -> MCPServer:
         result: dict[str, Any] = await _call(client.status())
         return result
 
+    # context, edit, history, link and sources (issue 21); imported here, as that module
+    # builds on this one's helpers.
+    from recalld.mcp import agent_tools
+
+    agent_tools.register(server, client)
     return server
+
+
+# The helpers other tool modules share (recalld.mcp.agent_tools).
+READ, ADD, REMOVE, call_daemon = _READ, _ADD, _REMOVE, _call
 
 
 async def serve_stdio(client: AsyncClient) -> None:
