@@ -15,9 +15,9 @@ PROJECT_FACT = "The heron service pins protobuf to version four"
 GLOBAL_PREF = "I prefer tabs over spaces in every language"
 
 
-def params(daemon: Daemon, cwd: Path) -> StdioServerParameters:
+def params(running: Daemon, cwd: Path) -> StdioServerParameters:
     return StdioServerParameters(
-        command=sys.executable, args=["-m", "recalld", "mcp"], env=daemon.env, cwd=str(cwd)
+        command=sys.executable, args=["-m", "recalld", "mcp"], env=running.env, cwd=str(cwd)
     )
 
 
