@@ -44,7 +44,8 @@ def test_recall_remember_and_status_from_neovim(
         daemon.client.remember("The lighthouse keeper's boat is moored at pier seven")
         notes = tmp_path / "notes.md"
         notes.write_text(
-            "# Harbour\n\nFerries leave at dawn.\n\n## Boats\n\nThe lighthouse keeper's dinghy is painted red.\n"
+            "# Harbour\n\nFerries leave at dawn.\n\n"
+            "## Boats\n\nThe lighthouse keeper's dinghy is painted red.\n"
         )
         daemon.client.ingest(notes)
         out = tmp_path / "nvim-out.json"
