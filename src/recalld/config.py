@@ -216,6 +216,15 @@ class PrivacySettings:
 
 
 @dataclass(frozen=True)
+class ClientSettings:
+    """How clients (the CLI, `recalld mcp`) talk to the daemon; read by the client only."""
+
+    # Seconds to wait for each message from the daemon; 0: no limit. A followed job (ingest)
+    # is never ended by it: the client waits in shorter steps and reconnects.
+    timeout_s: float = 120.0
+
+
+@dataclass(frozen=True)
 class Settings:
     """Every effective setting, resolved once and passed down."""
 
@@ -230,6 +239,7 @@ class Settings:
     links: LinkSettings = field(default_factory=LinkSettings)
     daemon: DaemonSettings = field(default_factory=DaemonSettings)
     privacy: PrivacySettings = field(default_factory=PrivacySettings)
+    client: ClientSettings = field(default_factory=ClientSettings)
 
     @property
     def store_url(self) -> str:

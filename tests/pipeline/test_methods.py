@@ -92,7 +92,7 @@ async def test_ingest_reports_progress_and_skips_unchanged(daemon: Running, tmp_
         assert report["files"] == 20 and report["ingested"] == 20 and report["failed"] == 0
         assert report["chunks"] >= 20 and report["embedded"] == report["chunks"]
         assert events and events[-1]["done"] == 20 and events[-1]["total"] == 20
-        assert all(e["token"] is not None for e in events)
+        assert all(e["kind"] == "ingest" for e in events)  # the job's figures
 
         again = await client.ingest(folder)
         assert again["unchanged"] == 20 and again["embedded"] == 0
@@ -266,3 +266,33 @@ async def test_search_time_ranges_budget_and_time_words(daemon: Running) -> None
             await client.call("search", {"query": "dentist", "budget_tokens": 0})
         with pytest.raises(ProtocolError, match="time_aware"):
             await client.call("search", {"query": "dentist", "time_aware": "yes"})
+
+
+async def test_ingest_is_a_job_any_client_can_follow(daemon: Running, tmp_path: Path) -> None:
+    folder = tmp_path / "jobs"
+    folder.mkdir()
+    for i in range(40):
+        (folder / f"n{i}.md").write_text(f"# Note {i}\n\nThe narwhal tusk, sample {i}.\n")
+    async with daemon.client() as starter, daemon.client() as other:
+        job = await starter.start_ingest(folder)
+        assert job["state"] in ("queued", "running") and job["kind"] == "ingest"
+        assert job["path"] == str(folder) and job["result"] is None
+        # Another client follows the same job to its end, with its figures on the way.
+        seen: list[dict[str, Any]] = []
+        done = await other.wait_job(job["id"], on_progress=seen.append)
+        assert done["state"] == "done" and done["done"] == done["total"] == 40
+        assert done["result"]["ingested"] == 40 and done["chunks"] == done["result"]["chunks"]
+        assert seen and seen[-1]["id"] == job["id"] and done["eta_s"] is None
+        assert [j["id"] for j in await starter.jobs()] == [job["id"]]
+        assert (await starter.status())["jobs"][0]["state"] == "done"
+        # Cancelling a finished job changes nothing.
+        assert (await other.cancel_job(job["id"]))["state"] == "done"
+        with pytest.raises(NotFoundError, match="no job"):
+            await other.job("nope")
+        with pytest.raises(ProtocolError, match="timeout_s"):
+            await other.call("jobs/wait", {"id": job["id"], "timeout_s": 1000})
+        # A short wait answers with the job as it is, finished or not.
+        again = await starter.start_ingest(folder)
+        brief = await starter.call("jobs/wait", {"id": again["id"], "timeout_s": 0})
+        assert brief["id"] == again["id"]
+        assert (await starter.wait_job(again["id"]))["result"]["unchanged"] == 40

@@ -16,6 +16,7 @@ from recalld import __version__
 from recalld.cli.admin import check, config, errors, status
 from recalld.cli.agent import agent, context
 from recalld.cli.ingest import ingest, sources
+from recalld.cli.jobs import EXIT_INTERRUPTED, jobs
 from recalld.cli.mcp_command import mcp
 from recalld.cli.memories import edit, history, link
 from recalld.cli.migrate import migrate
@@ -48,6 +49,7 @@ for command in (
     history,
     link,
     ingest,
+    jobs,
     sources,
     status,
     errors,
@@ -74,9 +76,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             prog_name="recalld",
             standalone_mode=False,
         )
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
         click.echo("Aborted!", err=True)
-        sys.exit(EXIT_ERROR)
+        # click turns Ctrl-C into Abort; a declined prompt is an Abort of its own.
+        sys.exit(EXIT_INTERRUPTED if isinstance(exc.__cause__, KeyboardInterrupt) else EXIT_ERROR)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

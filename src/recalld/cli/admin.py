@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from recalld.cli.common import client_command, connect, json_option, load, pass_client, run_offline
+from recalld.cli.jobs import job_line
 from recalld.cli.output import duration, emit, pairs, snippet, table, when
 from recalld.client import Client
 from recalld.config import LoadedSettings, default_config_path, settings_as_dict
@@ -30,6 +31,13 @@ def _reindex_row(info: dict[str, Any] | None) -> list[tuple[str, Any]]:
             f"started {when(info['started_at'])}",
         )
     ]
+
+
+def _job_rows(jobs: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    # Jobs under way, then the last one finished; `recalld jobs` lists them all.
+    active = [j for j in jobs if j["state"] in ("queued", "running")]
+    finished = [j for j in jobs if j["state"] not in ("queued", "running")]
+    return [("job", job_line(j)) for j in active + finished[-1:]]
 
 
 @click.command()
@@ -66,6 +74,7 @@ def status(client: Client, as_json: bool) -> None:
                     f"{info['pending']} (events {queues['events']}, jobs {queues['jobs']}, "
                     f"scans {queues['scans']}, in flight {queues['in_flight']})",
                 ),
+                *_job_rows(info.get("jobs", [])),
             ],
         )
 

@@ -109,7 +109,8 @@ def load(config_file: Path | None, sets: tuple[str, ...]) -> LoadedSettings:
 
 def connect(config_file: Path | None, sets: tuple[str, ...]) -> Client:
     """A client for the daemon these settings name."""
-    return Client(load(config_file, sets).settings.socket_path)
+    settings = load(config_file, sets).settings
+    return Client(settings.socket_path, timeout=settings.client.timeout_s or None)
 
 
 def pass_client(func: Callable[..., Any]) -> Callable[..., Any]:

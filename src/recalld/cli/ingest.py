@@ -1,4 +1,4 @@
-"""Commands that bring content in: `ingest` (now, with a progress bar) and `sources`."""
+"""Commands that bring content in: `ingest` (now, as a followed job) and `sources`."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from recalld.cli.common import client_command, pass_client
-from recalld.cli.output import console, emit, table
+from recalld.cli.jobs import follow, job_line
+from recalld.cli.output import emit, table
 from recalld.client import Client
 
 if TYPE_CHECKING:
@@ -38,43 +39,50 @@ _EXCLUDE_HELP = "Leave out files matching this gitignore-style pattern (repeatab
     is_flag=True,
     help="Let in secret-bearing files (.env, private keys, ...) and store text unredacted.",
 )
+@click.option("--detach", is_flag=True, help="Start the job and return; `recalld jobs` follows it.")
 @client_command
 @pass_client
 def ingest(
-    client: Client, path: str, exclude: tuple[str, ...], allow_secrets: bool, as_json: bool
+    client: Client,
+    path: str,
+    exclude: tuple[str, ...],
+    allow_secrets: bool,
+    detach: bool,
+    as_json: bool,
 ) -> None:
     """Ingest a file or a folder now (watched or not).
 
     A folder's .gitignore, .ignore and .recalldignore files are honoured; a file named here
     is ingested even if they ignore it. Secret-bearing files are never ingested and keys and
     tokens in text are redacted, unless --allow-secrets.
-    """
-    options: dict[str, Any] = {"exclude": exclude, "allow_secrets": allow_secrets}
-    if as_json or not sys.stderr.isatty():
-        report = client.ingest(path, **options)
-    else:
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-        with Progress(
-            TextColumn("[progress.description]{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            console=console(stderr=True),
-            transient=True,
-        ) as bar:
-            task = bar.add_task("ingesting", total=None)
-
-            def on_progress(params: dict[str, Any]) -> None:
-                bar.update(task, completed=params.get("done", 0), total=params.get("total"))
-
-            report = client.ingest(path, on_progress=on_progress, **options)
+    The daemon runs it as a job and this command follows it (files and chunks done, rate,
+    ETA, current file); the job goes on whatever happens to this command. Ctrl-C asks whether
+    to cancel it or leave it running. Exits 1 if any file failed, 130 on Ctrl-C."""
+    job = client.start_ingest(path, exclude=exclude, allow_secrets=allow_secrets)
+    if detach:
+        emit(
+            job,
+            as_json,
+            lambda out: out.print(
+                f"Started ingest job {job['id']}: follow it with `recalld jobs get {job['id']} "
+                f"--follow`, stop it with `recalld jobs cancel {job['id']}`.",
+                markup=False,
+            ),
+        )
+        return
+    job = follow(client, job, as_json)
+    if job["state"] != "done":
+        emit(job, as_json, lambda out: out.print(job_line(job), markup=False))
+        sys.exit(1)
+    report = job["result"]
 
     def render(out: Console) -> None:
-        out.print(_summary(report))
+        out.print(_summary(report) + f" in {job['elapsed_s']} s", markup=False)
         for error in report.get("errors", []):
             out.print(f"  {error['path']}: {error['type']}: {error['message']}", markup=False)
 
-    emit(report, as_json, render)
+    emit({**report, "job": job["id"]}, as_json, render)
     if report.get("failed") or report.get("refused"):
         sys.exit(1)
 

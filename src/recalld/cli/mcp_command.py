@@ -32,5 +32,6 @@ def mcp(log_level: str, sets: tuple[str, ...], config_file: Path | None) -> None
     # Imported here: the mcp package (pydantic, starlette) is slow to import.
     from recalld.mcp.adapter import serve_stdio
 
-    client = AsyncClient(load(config_file, sets).settings.socket_path)
+    settings = load(config_file, sets).settings
+    client = AsyncClient(settings.socket_path, timeout=settings.client.timeout_s or None)
     asyncio.run(serve_stdio(client))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -13,22 +14,29 @@ from typing import Any
 from recalld import protocol
 from recalld.client.base import (
     DEFAULT_TIMEOUT,
+    JOB_FINAL,
+    RECONNECT_PAUSE_S,
+    RECONNECT_S,
     ProgressCallback,
     absolute,
     context_params,
     dropped,
     error_from_object,
     export_sink,
+    follow_again,
     forget_params,
     forget_query_params,
+    ingest_params,
+    ingest_result,
     link_params,
     not_running,
     remember_params,
     search_params,
     socket_from_env,
     update_params,
+    wait_slice,
 )
-from recalld.errors import DaemonError
+from recalld.errors import DaemonBusy, DaemonError, DaemonNotRunning, RecalldError
 
 
 class AsyncClient:
@@ -294,14 +302,76 @@ class AsyncClient:
         exclude: Sequence[str] = (),
         allow_secrets: bool = False,
     ) -> dict[str, Any]:
-        """Ingest a file or folder now; progress goes to `on_progress`. `exclude` adds
-        gitignore-style patterns; `allow_secrets` lets in deny-listed files unredacted."""
-        params: dict[str, Any] = {"path": absolute(path)}
-        if exclude:
-            params["exclude"] = list(exclude)
-        if allow_secrets:
-            params["allow_secrets"] = True
-        result: dict[str, Any] = await self.call("ingest", params, on_progress=on_progress)
+        """Ingest a file or folder now and return its report; the daemon runs it as a job,
+        followed here with progress (job figures) to `on_progress`, across timeouts and
+        reconnections. `exclude` adds gitignore-style patterns; `allow_secrets` lets in
+        deny-listed files unredacted.
+
+        Raises:
+            IngestError: The job was cancelled (e.g. `recalld jobs cancel`).
+        """
+        job = (await self.call("ingest", ingest_params(path, exclude, allow_secrets)))["job"]
+        return ingest_result(await self.wait_job(job["id"], on_progress=on_progress))
+
+    async def start_ingest(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        exclude: Sequence[str] = (),
+        allow_secrets: bool = False,
+    ) -> dict[str, Any]:
+        """Start ingesting a file or folder as a job and return the job at once."""
+        result: dict[str, Any] = (
+            await self.call("ingest", ingest_params(path, exclude, allow_secrets))
+        )["job"]
+        return result
+
+    async def jobs(self) -> list[dict[str, Any]]:
+        """Every job the daemon knows: queued, running and recently finished."""
+        result: list[dict[str, Any]] = (await self.call("jobs/list"))["jobs"]
+        return result
+
+    async def job(self, job_id: str) -> dict[str, Any]:
+        """One job: its state and figures (files and chunks done, rate, ETA, current file)."""
+        result: dict[str, Any] = await self.call("jobs/get", {"id": job_id})
+        return result
+
+    async def wait_job(
+        self, job_id: str, *, on_progress: ProgressCallback | None = None
+    ) -> dict[str, Any]:
+        """Follow a job until it ends and return it; its figures go to `on_progress`.
+
+        Each wait is shorter than the client's timeout; a timeout or a dropped connection
+        reconnects and follows on, and only a daemon gone for `RECONNECT_S` ends it.
+        """
+        down_since: float | None = None
+        while True:
+            try:
+                job: dict[str, Any] = await self.call(
+                    "jobs/wait",
+                    {"id": job_id, "timeout_s": wait_slice(self.timeout)},
+                    on_progress=on_progress,
+                )
+            except RecalldError as exc:
+                if not follow_again(exc):
+                    raise
+                await self.close()
+                if isinstance(exc, (DaemonNotRunning, DaemonBusy)):
+                    now = time.monotonic()
+                    down_since = down_since or now
+                    if now - down_since > RECONNECT_S:
+                        raise
+                    await asyncio.sleep(RECONNECT_PAUSE_S)
+                continue
+            down_since = None
+            if on_progress is not None:
+                on_progress(job)
+            if job["state"] in JOB_FINAL:
+                return job
+
+    async def cancel_job(self, job_id: str) -> dict[str, Any]:
+        """Cancel a queued or running job; returns it once stopped."""
+        result: dict[str, Any] = await self.call("jobs/cancel", {"id": job_id})
         return result
 
     async def sources_list(self) -> list[dict[str, Any]]:

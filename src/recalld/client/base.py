@@ -14,6 +14,7 @@ from recalld.errors import (
     DaemonBusy,
     DaemonError,
     DaemonNotRunning,
+    IngestError,
     ProtocolError,
     RecalldError,
     error_classes,
@@ -47,9 +48,20 @@ METHODS = {
     "links/list": "links",
     "links/remove": "unlink",
     "context": "context",
+    "jobs/list": "jobs",
+    "jobs/get": "job",
+    "jobs/wait": "wait_job",
+    "jobs/cancel": "cancel_job",
 }
 # Client methods that are a second way to call a socket method.
-ALIASES = {"forget_query": "forget", "forget_confirm": "forget"}
+ALIASES = {"forget_query": "forget", "forget_confirm": "forget", "start_ingest": "ingest"}
+
+JOB_FINAL = ("done", "failed", "cancelled")
+# Following a job is a series of `jobs/wait` calls, each well inside the client's own timeout,
+# so no client timeout can end it; a daemon gone for longer than this ends it.
+JOB_WAIT_MAX_S = 10.0
+RECONNECT_S = 30.0
+RECONNECT_PAUSE_S = 0.5
 
 ProgressCallback = Callable[[dict[str, Any]], object]
 
@@ -102,6 +114,47 @@ def dropped(line: bytes) -> RecalldError:
         "the daemon closed the connection before answering; it may be shutting down or "
         "busy, see `recalld status`"
     )
+
+
+def wait_slice(timeout: float | None) -> float:
+    """Seconds one `jobs/wait` may take with this client timeout."""
+    if timeout is None:
+        return JOB_WAIT_MAX_S
+    return max(0.1, min(JOB_WAIT_MAX_S, timeout / 2))
+
+
+def follow_again(exc: RecalldError) -> bool:
+    """Whether following a job goes on after `exc`: a timeout, a dropped connection or a daemon
+    not answering for a moment do not end it; the daemon's own errors do."""
+    return type(exc) is DaemonError or isinstance(exc, (DaemonNotRunning, DaemonBusy))
+
+
+def ingest_params(
+    path: str | os.PathLike[str], exclude: Sequence[str], allow_secrets: bool
+) -> dict[str, Any]:
+    """Params of `ingest`, leaving out what is unset."""
+    params: dict[str, Any] = {"path": absolute(path)}
+    if exclude:
+        params["exclude"] = list(exclude)
+    if allow_secrets:
+        params["allow_secrets"] = True
+    return params
+
+
+def ingest_result(job: Mapping[str, Any]) -> dict[str, Any]:
+    """The report of a finished ingest job.
+
+    Raises:
+        IngestError: The job was cancelled.
+        RecalldError: The job failed: its error, as the daemon's class.
+    """
+    if job["state"] == "done":
+        return dict(job["result"])
+    if job["state"] == "cancelled":
+        raise IngestError(
+            f"ingest job {job['id']} stopped: {job['error']['message']}", data={"job": job["id"]}
+        )
+    raise error_from_object(job["error"])
 
 
 def socket_from_env(env: Mapping[str, str], config_file: Path | None = None) -> Path:

@@ -6,6 +6,7 @@ import itertools
 import os
 import select
 import socket
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -14,22 +15,29 @@ from typing import IO, Any
 from recalld import protocol
 from recalld.client.base import (
     DEFAULT_TIMEOUT,
+    JOB_FINAL,
+    RECONNECT_PAUSE_S,
+    RECONNECT_S,
     ProgressCallback,
     absolute,
     context_params,
     dropped,
     error_from_object,
     export_sink,
+    follow_again,
     forget_params,
     forget_query_params,
+    ingest_params,
+    ingest_result,
     link_params,
     not_running,
     remember_params,
     search_params,
     socket_from_env,
     update_params,
+    wait_slice,
 )
-from recalld.errors import DaemonError
+from recalld.errors import DaemonBusy, DaemonError, DaemonNotRunning, RecalldError
 
 
 def _closed_by_peer(sock: socket.socket) -> bool:
@@ -294,14 +302,76 @@ class Client:
         exclude: Sequence[str] = (),
         allow_secrets: bool = False,
     ) -> dict[str, Any]:
-        """Ingest a file or folder now; progress goes to `on_progress`. `exclude` adds
-        gitignore-style patterns; `allow_secrets` lets in deny-listed files unredacted."""
-        params: dict[str, Any] = {"path": absolute(path)}
-        if exclude:
-            params["exclude"] = list(exclude)
-        if allow_secrets:
-            params["allow_secrets"] = True
-        result: dict[str, Any] = self.call("ingest", params, on_progress=on_progress)
+        """Ingest a file or folder now and return its report; the daemon runs it as a job,
+        followed here with progress (job figures) to `on_progress`, across timeouts and
+        reconnections. `exclude` adds gitignore-style patterns; `allow_secrets` lets in
+        deny-listed files unredacted.
+
+        Raises:
+            IngestError: The job was cancelled (e.g. `recalld jobs cancel`).
+        """
+        job = (self.call("ingest", ingest_params(path, exclude, allow_secrets)))["job"]
+        return ingest_result(self.wait_job(job["id"], on_progress=on_progress))
+
+    def start_ingest(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        exclude: Sequence[str] = (),
+        allow_secrets: bool = False,
+    ) -> dict[str, Any]:
+        """Start ingesting a file or folder as a job and return the job at once."""
+        result: dict[str, Any] = (self.call("ingest", ingest_params(path, exclude, allow_secrets)))[
+            "job"
+        ]
+        return result
+
+    def jobs(self) -> list[dict[str, Any]]:
+        """Every job the daemon knows: queued, running and recently finished."""
+        result: list[dict[str, Any]] = (self.call("jobs/list"))["jobs"]
+        return result
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """One job: its state and figures (files and chunks done, rate, ETA, current file)."""
+        result: dict[str, Any] = self.call("jobs/get", {"id": job_id})
+        return result
+
+    def wait_job(
+        self, job_id: str, *, on_progress: ProgressCallback | None = None
+    ) -> dict[str, Any]:
+        """Follow a job until it ends and return it; its figures go to `on_progress`.
+
+        Each wait is shorter than the client's timeout; a timeout or a dropped connection
+        reconnects and follows on, and only a daemon gone for `RECONNECT_S` ends it.
+        """
+        down_since: float | None = None
+        while True:
+            try:
+                job: dict[str, Any] = self.call(
+                    "jobs/wait",
+                    {"id": job_id, "timeout_s": wait_slice(self.timeout)},
+                    on_progress=on_progress,
+                )
+            except RecalldError as exc:
+                if not follow_again(exc):
+                    raise
+                self.close()
+                if isinstance(exc, (DaemonNotRunning, DaemonBusy)):
+                    now = time.monotonic()
+                    down_since = down_since or now
+                    if now - down_since > RECONNECT_S:
+                        raise
+                    time.sleep(RECONNECT_PAUSE_S)
+                continue
+            down_since = None
+            if on_progress is not None:
+                on_progress(job)
+            if job["state"] in JOB_FINAL:
+                return job
+
+    def cancel_job(self, job_id: str) -> dict[str, Any]:
+        """Cancel a queued or running job; returns it once stopped."""
+        result: dict[str, Any] = self.call("jobs/cancel", {"id": job_id})
         return result
 
     def sources_list(self) -> list[dict[str, Any]]:

@@ -258,6 +258,8 @@ class Server:
             logger.info("shutting down")
             self.dispatcher.shutting_down = True
             self._watch_stop.set()
+            if self.dispatcher.context is not None:
+                await self.dispatcher.context.jobs.stop()  # before followers are waited for
             await self._socket.stop(self.config.shutdown_timeout)
 
     async def _watch_loop(self) -> None:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from recalld import __version__, protocol
 from recalld.config import LoadedSettings, settings_as_dict
-from recalld.daemon import context, memories, models, transfer
+from recalld.daemon import context, jobs, memories, models, transfer
 from recalld.daemon.params import InvalidParams, Params
 from recalld.daemon.sources import SourceRegistry, source_dict
 from recalld.errors import NotFoundError, RecalldError
@@ -68,6 +68,7 @@ class Context:
     started_at: float = field(default_factory=time.time)
     forgets: memories.PendingForgets = field(default_factory=memories.PendingForgets)
     agents: context.AgentSessions = field(default_factory=context.AgentSessions)
+    jobs: jobs.JobRegistry = field(default_factory=jobs.JobRegistry)
 
 
 def chunk_dict(chunk: Chunk) -> dict[str, Any]:
@@ -229,18 +230,6 @@ async def forget(ctx: Context, params: Params, progress: Progress) -> Any:
     return {"forgotten": True, "source": source}
 
 
-async def ingest(ctx: Context, params: Params, progress: Progress) -> Any:
-    """Ingest a file or folder now, with `progress` notifications."""
-    path = _absolute(params, "path")
-    exclude = params.strings("exclude")
-    allow_secrets = params.boolean("allow_secrets", False)
-    params.done()
-    report = await ctx.scheduler.ingest_now(
-        path, progress, exclude=exclude, allow_secrets=allow_secrets
-    )
-    return report.as_dict()
-
-
 async def sources_list(ctx: Context, params: Params, progress: Progress) -> Any:
     """Every watched folder, the drop folder first."""
     params.done()
@@ -307,6 +296,7 @@ async def status(ctx: Context, params: Params, progress: Progress) -> Any:
         "reindex": memory.reindexer.status(),
         "last_reindex": memory.reindexer.last,
         "writes": write_state(memory.store.disk_full, memory.store.gone),
+        "jobs": [job.as_dict() for job in ctx.jobs.all()],
     }
 
 
@@ -346,7 +336,6 @@ METHODS: dict[str, Method] = {
     "get": get,
     "remember": remember,
     "forget": forget,
-    "ingest": ingest,
     "sources/list": sources_list,
     "sources/add": sources_add,
     "sources/remove": sources_remove,
@@ -361,6 +350,7 @@ METHODS: dict[str, Method] = {
     "reindex": models.reindex,
     "reindex/cancel": models.reindex_cancel,
     **memories.METHODS,
+    **jobs.METHODS,
 }
 
 

@@ -429,7 +429,8 @@ class Scheduler:
         Args:
             root: A file (ingested even if the ignore rules would skip it) or a folder (its
                 ignore files, the excludes and the symlink rule apply).
-            progress: Awaited after each batch with `{"done", "total", "path"}`.
+            progress: Awaited before each batch with `{"current"}` (its first file) and after
+                it with `{"done", "total", "path", "chunks", "embedded", "failed"}`.
             exclude: More gitignore-style patterns, relative to a folder `root`.
             allow_secrets: Let in files on the secret deny-list.
 
@@ -450,6 +451,9 @@ class Scheduler:
         batch: list[Job] = []
 
         async def flush() -> None:
+            if progress is not None:
+                # The batch's first file, so that a slow one shows while it is worked on.
+                await progress({"current": os.fspath(batch[0].path), "total": total})
             report.add(await self.process(batch, explicit=True, allow_secrets=allow_secrets))
             if progress is not None:
                 await progress(
@@ -457,6 +461,9 @@ class Scheduler:
                         "done": report.files,
                         "total": max(total, report.files),
                         "path": os.fspath(batch[-1].path),
+                        "chunks": report.chunks,
+                        "embedded": report.embedded,
+                        "failed": report.failed,
                     }
                 )
             batch.clear()
