@@ -10,6 +10,7 @@ The daemon serves this same object over its socket; tests and benchmarks use it 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import Coroutine, Sequence
@@ -20,12 +21,12 @@ from typing import Any, TypeVar
 from recalld import private
 from recalld.config import Settings
 from recalld.embeddings.base import Embedder, load_embedder
-from recalld.errors import NotFoundError, QueryError
+from recalld.errors import NotFoundError, QueryError, RecalldError
 from recalld.ingest.facts_llm import fact_extractor
 from recalld.ingest.pipeline import Ingestor, IngestReport
 from recalld.ingest.reindex import Reindexer
 from recalld.ingest.supersede_llm import supersession_detector
-from recalld.retrieval import gate
+from recalld.retrieval import gate, selftune
 from recalld.retrieval.search import Searcher
 from recalld.storage import history, links, readers, writer
 from recalld.storage.store import Store, stored_model
@@ -79,6 +80,7 @@ class AsyncMemory:
             store, embedder, settings.search, calibration, settings.embed.query_cache
         )
         self._background: set[asyncio.Task[None]] = set()
+        self._calibrating = asyncio.Lock()
         self.reindexer = Reindexer(
             store, self._load_embedder, calibrate, self._use_model, settings.embed.batch_size
         )
@@ -137,9 +139,11 @@ class AsyncMemory:
             isolate_users=settings.store.isolate_users,
             vector_index=settings.store.vector_index,
         )
-        return cls(
+        memory = cls(
             settings, store, embedder, await calibrate(embedder), owns_embedder=owns_embedder
         )
+        memory.searcher.tuning = await selftune.load(store)
+        return memory
 
     async def __aenter__(self) -> AsyncMemory:
         return self
@@ -280,6 +284,32 @@ class AsyncMemory:
         """Remove the document (or memory) that holds a chunk."""
         chunk = await self.get(chunk_id)
         return await self.forget(chunk.source)
+
+    async def calibrate(self, *, queries: int = 200, seed: int = 0) -> selftune.StoreTuning:
+        """Choose the store's fusion per content kind from its own content, record it in the
+        store and search with it (when `search.self_tune` is on); see retrieval/selftune.py."""
+        async with self._calibrating:
+            tuning = await selftune.calibrate(
+                self.store, self.embedder, self.settings.search, queries=queries, seed=seed
+            )
+            await selftune.record(self.store, tuning)
+            self.searcher.tuning = tuning
+            return tuning
+
+    async def keep_calibrated(self, stop: asyncio.Event, every_s: float = 60.0) -> None:
+        """Calibrate whenever the store has none or has changed enough, until `stop` is set
+        (the daemon runs this beside its other tasks; searches go on meanwhile)."""
+        while not stop.is_set():
+            try:
+                total = (await self.counts())["chunks"]
+                if selftune.is_stale(self.searcher.tuning, total):
+                    tuning = await self.calibrate()
+                    logger.info("fusion calibrated in %.1f s: %s", tuning.seconds, tuning.summary())
+            except RecalldError as exc:
+                logger.warning("fusion calibration failed: %s", exc.message)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(every_s):
+                    await stop.wait()
 
     async def counts(self) -> dict[str, int]:
         """Documents, chunks, partial documents, errors and links in the store."""

@@ -178,6 +178,10 @@ class SearchSettings:
     # gets its real score on the other (exact cosine, or BM25 over the candidates) before
     # fusion, instead of 0. Off: it did not win on every dev set (README, Benchmarks).
     complete_scores: bool = False
+    # Self-calibration (issue 14, retrieval/calibration.py): use the fusion the store chose
+    # for its own content (`recalld calibrate`; the daemon keeps it fresh) instead of the
+    # settings above. Per-call fusion settings still win.
+    self_tune: bool = False
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,11 @@ def _parse_variants(specs: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     return out
 
 
+CALIBRATE_OPTION = click.option(
+    "--calibrate",
+    is_flag=True,
+    help="Let each store calibrate its fusion first (timed) and add the mode `calibrated`.",
+)
 VARIANT_OPTION = click.option(
     "--variant",
     "specs",
@@ -145,6 +150,7 @@ def main() -> None:
     "are skipped by hash).",
 )
 @VARIANT_OPTION
+@CALIBRATE_OPTION
 @REPORT_OPTIONS
 @PLOT_OPTION
 def beir(
@@ -154,6 +160,7 @@ def beir(
     limit_queries: int | None,
     store_dir: Path | None,
     specs: tuple[str, ...],
+    calibrate: bool,
     sets: tuple[str, ...],
     results: Path,
     as_json: bool,
@@ -175,6 +182,7 @@ def beir(
             _workdir(store_dir),
             _overrides(sets),
             _parse_variants(specs),
+            calibrate,
         )
     )
     header = ["mode", "ndcg@10", "recall@10", "recall@100", "mrr@10", "p50 ms", "p95 ms"]
@@ -218,6 +226,7 @@ def beir(
     help="Keep each conversation's store here and reuse it on the next run.",
 )
 @VARIANT_OPTION
+@CALIBRATE_OPTION
 @REPORT_OPTIONS
 @PLOT_OPTION
 def locomo(
@@ -226,6 +235,7 @@ def locomo(
     modes: tuple[str, ...],
     store_dir: Path | None,
     specs: tuple[str, ...],
+    calibrate: bool,
     sets: tuple[str, ...],
     results: Path,
     as_json: bool,
@@ -247,6 +257,7 @@ def locomo(
             _overrides(sets),
             store_dir,
             variants=_parse_variants(specs),
+            calibrate=calibrate,
         )
     )
     budgets = [f"words@{b}" for b in locomo_bench.WORD_BUDGETS]

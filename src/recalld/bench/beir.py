@@ -109,11 +109,14 @@ async def run(
     workdir: Path,
     overrides: dict[str, str],
     variants: dict[str, dict[str, Any]] | None = None,
+    calibrate: bool = False,
 ) -> dict[str, Any]:
     """Ingest a BEIR corpus into the store in `workdir` and evaluate every mode.
 
     `variants` are extra modes: the shipped defaults (`full`) with some search settings changed.
     Every mode and variant is compared with bm25 and vector by a paired randomization test.
+    With `calibrate`, the store calibrates its fusion first (timed) and the `calibrated` mode
+    searches with what it chose.
     """
     corpus, queries, qrels = load_beir(folder, split)
     if limit_queries:
@@ -126,9 +129,13 @@ async def run(
         counts = await memory.counts()
         results = {}
         paired: dict[str, dict[str, list[float]]] = {}
-        runs: list[tuple[str, str, dict[str, Any]]] = [(m, m, {}) for m in modes] + [
-            (n, "full", v) for n, v in (variants or {}).items()
-        ]
+        runs: list[tuple[str, str, dict[str, Any]]] = [(m, m, {}) for m in modes]
+        runs += [(n, "full", v) for n, v in (variants or {}).items()]
+        tuning = None
+        if calibrate:
+            tuning = (await memory.calibrate()).as_dict()
+            print(f"calibrated in {tuning['seconds']} s: {tuning['kinds']}", file=sys.stderr)
+            runs.append(("calibrated", "full", {"self_tune": True}))
         for name, mode, changed in runs:
             paired[name] = {}
             results[name] = await evaluate(memory, queries, qrels, mode, changed, paired[name])
@@ -144,6 +151,7 @@ async def run(
         "ingest_seconds": round(ingest_s, 1),
         "overrides": overrides,
         "variants": variants or {},
+        "calibration": tuning,
         "modes": results,
         "significance": metrics.significance(paired),
     }

@@ -155,13 +155,15 @@ async def run(
     store_dir: Path | None = None,
     embedder: Embedder | None = None,
     variants: dict[str, dict[str, Any]] | None = None,
+    calibrate: bool = False,
 ) -> dict[str, Any]:
     """Ingest each conversation into its own store and evaluate every mode.
 
     With `store_dir`, each conversation's store is kept in a subfolder and reused next time.
     `variants` are extra modes: the shipped defaults (`full`) with some search settings
     changed. Every mode and variant is compared with bm25 and vector on the answerable
-    questions by a paired randomization test.
+    questions by a paired randomization test. With `calibrate`, each store calibrates its
+    fusion after ingest (timed) and the `calibrated` mode searches with what it chose.
     """
     samples = json.loads(await asyncio.to_thread(file.read_text, "utf-8"))
     if isinstance(samples, dict):
@@ -169,7 +171,10 @@ async def run(
     runs: list[tuple[str, str, dict[str, Any]]] = [(m, m, {}) for m in modes] + [
         (n, "full", v) for n, v in (variants or {}).items()
     ]
+    if calibrate:
+        runs.append(("calibrated", "full", {"self_tune": True}))
     names = [name for name, _, _ in runs]
+    tunings: dict[str, Any] = {}
     scores: dict[str, Scores] = {m: defaultdict(lambda: defaultdict(list)) for m in names}
     latency: dict[str, list[float]] = {m: [] for m in names}
     paired: dict[str, dict[str, list[float]]] = {m: {} for m in names}
@@ -196,6 +201,8 @@ async def run(
                 )
                 ingest_s += time.perf_counter() - started
                 chunks += (await memory.counts())["chunks"]
+                if calibrate:
+                    tunings[str(sample["sample_id"])] = (await memory.calibrate()).as_dict()
                 for name, mode, changed in runs:
                     await evaluate_conversation(
                         memory,
@@ -220,6 +227,7 @@ async def run(
         "ingest_seconds": round(ingest_s, 1),
         "overrides": overrides,
         "variants": variants or {},
+        "calibration": tunings or None,
         "word_budgets": list(WORD_BUDGETS),
         "modes": {m: summarise(scores[m], latency[m]) for m in names},
         "significance": metrics.significance(paired),

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from recalld.config import SearchSettings
+
 
 def rrf(
     rankings: Mapping[str, Sequence[int]], weights: Mapping[str, float], k: int = 60
@@ -104,3 +106,47 @@ def score_fusion(
         item: vector_weight * v.get(item, 0.0) + keyword_weight * f.get(item, 0.0)
         for item in v.keys() | f.keys()
     }
+
+
+def hybrid(
+    opts: SearchSettings,
+    similarity: Mapping[int, float],
+    keyword: Mapping[int, float],
+    orders: tuple[Sequence[int], Sequence[int]] | None,
+    coverage: float,
+    doc_freqs: Sequence[int],
+    total: int,
+) -> tuple[dict[int, float], dict[str, float], float | None]:
+    """Fuse the two routes as `opts` says (fusion, weighting and its curve).
+
+    Args:
+        opts: The search settings (`fusion`, `weighting`, `vector_weight`, `rrf_k`,
+            `adaptive_midpoint`, `adaptive_slope`).
+        similarity: Vector candidates' cosine similarities.
+        keyword: Keyword candidates' scores.
+        orders: Each route's ids best first (vector, keyword) for RRF; None ranks the given
+            scores instead (completed scores, where both routes scored every candidate).
+        coverage: The best keyword hit's IDF-weighted share of the query (`idf_coverage`).
+        doc_freqs: The query terms' document frequencies, for the `idf` weighting.
+        total: The number of chunks.
+
+    Returns:
+        The fused scores, the route weights and the keyword signal the weights came from
+        (None for fixed weights).
+    """
+    signal = None
+    if opts.weighting == "fixed":
+        weights = {"vector": opts.vector_weight, "bm25": 1.0 - opts.vector_weight}
+    else:
+        signal = coverage if opts.weighting == "coverage" else relative_idf(doc_freqs, total)
+        w_vec, w_kw = adaptive_weights(signal, opts.adaptive_midpoint, opts.adaptive_slope)
+        weights = {"vector": w_vec, "bm25": w_kw}
+    if opts.fusion == "score":
+        return (
+            score_fusion(similarity, keyword, weights["vector"], weights["bm25"]),
+            weights,
+            signal,
+        )
+    vector_order, keyword_order = orders or (ranked(similarity), ranked(keyword))
+    fused = rrf({"vector": vector_order, "bm25": keyword_order}, weights, opts.rrf_k)
+    return fused, weights, signal

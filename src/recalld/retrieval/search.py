@@ -31,6 +31,7 @@ from recalld.retrieval import (
     gate,
     packing,
     rerank,
+    selftune,
     status,
     temporal,
 )
@@ -76,6 +77,7 @@ class Searcher:
         self._df_generation = -1
         self._total = 0
         self._embedding_down = False
+        self.tuning: selftune.StoreTuning | None = None  # the store's own fusion choice
 
     def use_model(self, embedder: Embedder, calibration: gate.Calibration) -> None:
         """Search with another model from now on (after a reindex swapped the store's)."""
@@ -145,8 +147,9 @@ class Searcher:
         """
         if not query.strip():
             raise QueryError("the query is empty; pass some words to search for")
+        tuned_kind, tuned = self._tuned(filters, overrides)
         try:
-            opts = dataclasses.replace(self.settings, **overrides)
+            opts = dataclasses.replace(self.settings, **{**tuned, **overrides})
         except TypeError as exc:
             raise QueryError(f"unknown search option: {exc}") from exc
         if (
@@ -235,28 +238,18 @@ class Searcher:
         elif opts.mode == "bm25":
             fused = dict(bm25)
         else:
-            if opts.weighting == "fixed":
-                weights = {"vector": opts.vector_weight, "bm25": 1.0 - opts.vector_weight}
-            else:
-                signal = (
-                    coverage if opts.weighting == "coverage" else (fusion.relative_idf(dfs, total))
-                )
-                w_vec, w_kw = fusion.adaptive_weights(
-                    signal, opts.adaptive_midpoint, opts.adaptive_slope
-                )
-                weights = {"vector": w_vec, "bm25": w_kw}
             route_sim, route_kw = (
                 (completed.similarity, completed.keyword) if completed else (similarity, bm25)
             )
-            if opts.fusion == "score":
-                fused = fusion.score_fusion(route_sim, route_kw, weights["vector"], weights["bm25"])
-            else:
-                rankings = (
-                    {"vector": fusion.ranked(route_sim), "bm25": fusion.ranked(route_kw)}
-                    if completed
-                    else {"vector": [c for c, _ in vec_hits], "bm25": [c for c, _ in kw_hits]}
-                )
-                fused = fusion.rrf(rankings, weights, opts.rrf_k)
+            fused, weights, signal = fusion.hybrid(
+                opts,
+                route_sim,
+                route_kw,
+                None if completed else ([c for c, _ in vec_hits], [c for c, _ in kw_hits]),
+                coverage,
+                dfs,
+                total,
+            )
         order = sorted(fused, key=lambda c: (-fused[c], c))[:pool]
 
         # Gate: MemX R1 on the raw route signals, before anything reorders them.
@@ -372,6 +365,7 @@ class Searcher:
             "tau": tau,
             "rejected": rejected,
             "tier": result_tier,
+            "calibration": self._tuning_note(tuned_kind, tuned, opts),
             "activation": len(reached) if opts.activation else None,
             "asks_about_past": status.asks_about_past(query) if opts.status_penalty else None,
             "timings_ms": {k: round(v, 3) for k, v in timings.items()},
@@ -387,6 +381,35 @@ class Searcher:
         return SearchResult(
             hits=hits, tier=result_tier, rejected=rejected, explain=summary, packing=packed
         )
+
+    def _tuned(
+        self, filters: Filters, overrides: dict[str, Any]
+    ) -> tuple[str | None, dict[str, Any]]:
+        """The kind searched and the fusion settings the store calibrated for it ({} when
+        self-tuning is off, not calibrated, or the call sets its own fusion)."""
+        if not overrides.get("self_tune", self.settings.self_tune) or self.tuning is None:
+            return None, {}
+        if any(f in overrides for f in selftune.FUSION_FIELDS):
+            return None, {}
+        kind, tuned = self.tuning.settings_for(
+            filters.kinds[0] if len(filters.kinds) == 1 else None
+        )
+        return kind, tuned
+
+    def _tuning_note(
+        self, kind: str | None, tuned: dict[str, Any], opts: SearchSettings
+    ) -> dict[str, Any] | None:
+        """What `explain` says about self-calibration."""
+        if not opts.self_tune:
+            return None
+        if self.tuning is None:
+            return {"calibrated": False, "family": selftune.family_of(opts)}
+        return {
+            "calibrated": True,
+            "kind": kind,
+            "family": selftune.family_of(opts),
+            "chosen": bool(tuned),
+        }
 
     async def _complete(
         self,

@@ -281,6 +281,22 @@ async def matched_terms(conn: Any, chunk_id: int, expressions: Sequence[str]) ->
 
 
 @routed
+async def meta_value(conn: Any, key: str) -> str | None:
+    """One value of the store's `meta` table, or None."""
+    rows = await fetchall(conn, "SELECT value FROM meta WHERE key = ?", (key,))
+    return str(rows[0][0]) if rows else None
+
+
+@routed
+async def chunk_ids_by_kind(conn: Any) -> dict[str, list[int]]:
+    """Every chunk id, by kind, in id order (self-calibration samples from these)."""
+    out: dict[str, list[int]] = {}
+    for kind, cid in await fetchall(conn, "SELECT kind, id FROM chunks ORDER BY id"):
+        out.setdefault(str(kind), []).append(int(cid))
+    return out
+
+
+@routed
 async def chunk_total(conn: Any) -> int:
     """The number of chunks."""
     rows = await fetchall(conn, "SELECT count(*) FROM chunks")

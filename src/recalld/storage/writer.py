@@ -324,3 +324,9 @@ async def count_use(conn: Any, chunk_ids: Sequence[int], *, retrieval: bool) -> 
         f"UPDATE chunks SET {column}_count = {column}_count + 1, {last} = ? WHERE id = ?",
         [(time.time(), cid) for cid in chunk_ids],
     )
+
+
+@routed
+async def set_meta(conn: Any, key: str, value: str) -> None:
+    """Set one value of the store's `meta` table (self-calibration records its choice there)."""
+    await conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))

@@ -209,6 +209,20 @@ async def matched_terms(conn: PgConn, chunk_id: int, expressions: Sequence[str])
     return [bool(r[0]) for r in rows]
 
 
+async def meta_value(conn: PgConn, key: str) -> str | None:
+    """One value of the store's `meta` table, or None."""
+    rows = await conn.fetch("SELECT value FROM meta WHERE key = %s", [key])
+    return str(rows[0][0]) if rows else None
+
+
+async def chunk_ids_by_kind(conn: PgConn) -> dict[str, list[int]]:
+    """Every chunk id, by kind, in id order."""
+    out: dict[str, list[int]] = {}
+    for kind, cid in await conn.fetch("SELECT kind, id FROM chunks ORDER BY id"):
+        out.setdefault(str(kind), []).append(int(cid))
+    return out
+
+
 async def chunk_total(conn: PgConn) -> int:
     """The number of chunks."""
     rows = await conn.fetch("SELECT count(*) FROM chunks")

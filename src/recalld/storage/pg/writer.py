@@ -182,3 +182,12 @@ async def reset_usage(conn: PgConn, *, created_at: float | None = None) -> None:
         "last_accessed_at = NULL, created_at = coalesce(%s::float8, created_at)",
         [created_at],
     )
+
+
+async def set_meta(conn: PgConn, key: str, value: str) -> None:
+    """Set one value of the store's `meta` table."""
+    await conn.execute(
+        "INSERT INTO meta (key, value) VALUES (%s, %s) "
+        "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        [key, value],
+    )
