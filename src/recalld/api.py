@@ -296,15 +296,20 @@ class AsyncMemory:
             self.searcher.tuning = tuning
             return tuning
 
-    async def keep_calibrated(self, stop: asyncio.Event, every_s: float = 60.0) -> None:
+    async def keep_calibrated(self, stop: asyncio.Event, every_s: float = 5.0) -> None:
         """Calibrate whenever the store has none or has changed enough, until `stop` is set
         (the daemon runs this beside its other tasks; searches go on meanwhile)."""
+        seen = -1
         while not stop.is_set():
             try:
-                total = (await self.counts())["chunks"]
-                if selftune.is_stale(self.searcher.tuning, total):
-                    tuning = await self.calibrate()
-                    logger.info("fusion calibrated in %.1f s: %s", tuning.seconds, tuning.summary())
+                if self.store.generation != seen:  # nothing written: nothing to look at
+                    seen = self.store.generation
+                    total = (await self.counts())["chunks"]
+                    if selftune.is_stale(self.searcher.tuning, total):
+                        tuning = await self.calibrate()
+                        logger.info(
+                            "fusion calibrated in %.1f s: %s", tuning.seconds, tuning.summary()
+                        )
             except RecalldError as exc:
                 logger.warning("fusion calibration failed: %s", exc.message)
             with contextlib.suppress(TimeoutError):

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import click
 
 from recalld import __version__
-from recalld.cli.admin import check, config, errors, status
+from recalld.cli.admin import calibrate, check, config, errors, status
 from recalld.cli.agent import agent, context
 from recalld.cli.ingest import ingest, sources
 from recalld.cli.jobs import EXIT_INTERRUPTED, jobs
@@ -52,6 +52,7 @@ for command in (
     jobs,
     sources,
     status,
+    calibrate,
     errors,
     check,
     config,

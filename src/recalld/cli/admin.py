@@ -69,6 +69,7 @@ def status(client: Client, as_json: bool) -> None:
                 ("chunks", counts["chunks"]),
                 ("errors", info["errors"]),
                 *_privacy_rows(info.get("privacy")),
+                ("fusion", fusion_line(info.get("calibration"), info.get("self_tune", False))),
                 (
                     "pending",
                     f"{info['pending']} (events {queues['events']}, jobs {queues['jobs']}, "
@@ -79,6 +80,50 @@ def status(client: Client, as_json: bool) -> None:
         )
 
     emit(info, as_json, render)
+
+
+def fusion_line(tuning: dict[str, Any] | None, self_tune: bool) -> str:
+    """What fusion the store chose for itself, and whether searches use it."""
+    use = "in use" if self_tune else "not in use (search.self_tune = false)"
+    if not tuning:
+        return "defaults (not calibrated: `recalld calibrate`)"
+    chosen = ", ".join(f"{k} {v['family']}" for k, v in sorted(tuning["kinds"].items()))
+    return (
+        f"calibrated {when(tuning['at'])} at {tuning['chunks']} chunks in {tuning['seconds']} s: "
+        f"{chosen or 'every kind kept the defaults'}; {use}"
+    )
+
+
+@click.command()
+@client_command
+@pass_client
+def calibrate(client: Client, as_json: bool) -> None:
+    """Let the store choose its fusion per content kind from its own content, now.
+
+    Pseudo-queries are drawn from the store's chunks (a title or sentence whose sibling chunks
+    should come back, a conversation turn whose reply should), every fusion family is scored
+    on them, and the best per kind is recorded in the store. Searches use it with
+    search.self_tune = true (the daemon then also recalibrates as the store changes).
+    """
+    tuning = client.calibrate()
+
+    def render(out: Console) -> None:
+        rows = [
+            (
+                kind,
+                choice["family"],
+                choice["queries"],
+                choice["scores"][choice["family"]],
+                choice["scores"].get(choice["prior"], ""),
+            )
+            for kind, choice in sorted(tuning["kinds"].items())
+        ]
+        table(out, ["kind", "chosen", "pseudo-queries", "MRR@10", "defaults' MRR@10"], rows)
+        for kind, why in sorted(tuning["skipped"].items()):
+            out.print(f"{kind}: defaults kept ({why})", markup=False)
+        out.print(f"{tuning['chunks']} chunks, {tuning['seconds']} s", markup=False)
+
+    emit(tuning, as_json, render)
 
 
 def _privacy_rows(privacy: dict[str, Any] | None) -> list[tuple[str, Any]]:

@@ -403,6 +403,11 @@ class AsyncClient:
         result: dict[str, Any] = await self.call("status")
         return result
 
+    async def calibrate(self) -> dict[str, Any]:
+        """Calibrate the store's fusion on its own content now; returns what it chose."""
+        result: dict[str, Any] = await self.call("calibrate")
+        return result
+
     async def errors(self, *, limit: int = 100) -> list[dict[str, Any]]:
         """The most recent ingest errors."""
         result: list[dict[str, Any]] = (await self.call("errors/list", {"limit": limit}))["errors"]

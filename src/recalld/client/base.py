@@ -34,6 +34,7 @@ METHODS = {
     "sources/add": "sources_add",
     "sources/remove": "sources_remove",
     "status": "status",
+    "calibrate": "calibrate",
     "errors/list": "errors",
     "admin/check": "check",
     "config/show": "config_show",

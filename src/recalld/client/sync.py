@@ -403,6 +403,11 @@ class Client:
         result: dict[str, Any] = self.call("status")
         return result
 
+    def calibrate(self) -> dict[str, Any]:
+        """Calibrate the store's fusion on its own content now; returns what it chose."""
+        result: dict[str, Any] = self.call("calibrate")
+        return result
+
     def errors(self, *, limit: int = 100) -> list[dict[str, Any]]:
         """The most recent ingest errors."""
         result: list[dict[str, Any]] = self.call("errors/list", {"limit": limit})["errors"]

@@ -254,6 +254,11 @@ class Server:
             )
             group.create_task(self._watch_loop(), name="recalld-watcher")
             group.create_task(self._watch_store_files(), name="recalld-store-files")
+            if self.memory is not None and self.memory.settings.search.self_tune:
+                # Fusion chosen on the store's own content, redone as it changes (issue 14).
+                group.create_task(
+                    self.memory.keep_calibrated(self.should_exit), name="recalld-calibration"
+                )
             await self.should_exit.wait()
             logger.info("shutting down")
             self.dispatcher.shutting_down = True

@@ -288,6 +288,8 @@ async def status(ctx: Context, params: Params, progress: Progress) -> Any:
         "drop_folder": os.fspath(settings.drop_folder),
         "sources": len(ctx.sources.all()),
         "counts": counts,
+        "calibration": tuning.as_dict() if (tuning := memory.searcher.tuning) else None,
+        "self_tune": settings.search.self_tune,
         "queues": depths,
         "pending": sum(depths.values()),
         "errors": counts.get("errors", 0),
@@ -298,6 +300,12 @@ async def status(ctx: Context, params: Params, progress: Progress) -> Any:
         "writes": write_state(memory.store.disk_full, memory.store.gone),
         "jobs": [job.as_dict() for job in ctx.jobs.all()],
     }
+
+
+async def calibrate(ctx: Context, params: Params, progress: Progress) -> Any:
+    """Calibrate the store's fusion on its own content now (retrieval/selftune.py)."""
+    params.done()
+    return (await ctx.memory.calibrate()).as_dict()
 
 
 async def errors_list(ctx: Context, params: Params, progress: Progress) -> Any:
@@ -340,6 +348,7 @@ METHODS: dict[str, Method] = {
     "sources/add": sources_add,
     "sources/remove": sources_remove,
     "status": status,
+    "calibrate": calibrate,
     "errors/list": errors_list,
     "admin/check": admin_check,
     "config/show": config_show,

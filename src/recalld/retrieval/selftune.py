@@ -53,6 +53,7 @@ STALE_SHARE = 0.2  # recalibrate when the chunk count moved this much since the 
 MIN_CHUNKS = 50  # a kind with fewer chunks keeps the prior
 MIN_QUERIES = 20  # fewer usable pseudo-queries than this: the prior
 CUTOFF = 10  # MRR@10
+EMBED_BATCH = 16
 
 # The settings a calibration may choose; everything else stays as configured.
 FUSION_FIELDS = (
@@ -401,7 +402,11 @@ async def calibrate(
         if len(drawn) < MIN_QUERIES:
             skipped[kind] = f"{len(drawn)} pseudo-queries (fewer than {MIN_QUERIES})"
             continue
-        vectors = await asyncio.to_thread(embedder.embed, [q.text for q in drawn])
+        # Small batches: a search waiting for the model gets its turn between them.
+        vectors: list[npt.NDArray[np.float32]] = []
+        for start in range(0, len(drawn), EMBED_BATCH):
+            batch = [q.text for q in drawn[start : start + EMBED_BATCH]]
+            vectors.extend(await asyncio.to_thread(embedder.embed, batch))
         pool = base.candidates
         candidates = [
             await _candidates(store, q, vectors[i], pool, total) for i, q in enumerate(drawn)
