@@ -274,3 +274,22 @@ def test_locomo_budget_recall_skips_what_does_not_fit():
     assert budget_recall(hits, {"D1:2"}, 150) == 0.0
     assert budget_recall(hits, {"D1:2"}, 600) == 1.0
     assert budget_recall(hits, {"D1:1", "D1:2"}, 99) == 0.0
+
+
+def test_compare_tests_two_reports_of_the_same_questions(tmp_path: Path):
+    make_locomo(tmp_path / "locomo.json")
+    reports = []
+    for name, granularity in (("a", "round"), ("b", "all")):
+        args = ["locomo", str(tmp_path / "locomo.json"), "--granularity", granularity]
+        args += ["--mode", "bm25", "--json", "--results", str(tmp_path / name)]
+        result = CliRunner().invoke(main, [*args, "--set", "embed.model=hash:64"])
+        assert result.exit_code == 0, result.output
+        reports.append(str(next((tmp_path / name).glob("locomo-*.json"))))
+    result = CliRunner().invoke(main, ["compare", *reports, "--json"])
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.stdout)["bm25"]
+    assert set(figures) == {"recall@5", "recall@10", "words@150", "words@300", "words@600"}
+    assert 0.0 < figures["recall@5"]["p"] <= 1.0
+    assert figures["words@600"]["delta"] == round(
+        figures["words@600"]["second"] - figures["words@600"]["first"], 4
+    )

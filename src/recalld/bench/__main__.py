@@ -719,6 +719,42 @@ def links(folder: Path, rounds: int, sets: tuple[str, ...], results: Path, as_js
         )
 
 
+@main.command("compare")
+@click.argument("first", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("second", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--mode", "modes", multiple=True, help="Modes to compare (default: all in both).")
+@click.option("--json", "as_json", is_flag=True)
+def compare(first: Path, second: Path, modes: tuple[str, ...], as_json: bool) -> None:
+    """Paired randomization tests between two reports of the same queries (e.g. LoCoMo at
+    round and at window granularity): each mode of SECOND against the same mode of FIRST."""
+    from recalld.bench import metrics
+
+    a, b = (json.loads(p.read_text("utf-8")).get("per_query") for p in (first, second))
+    if not a or not b:
+        raise click.UsageError("both reports need per-query figures (made by this version)")
+    names = [m for m in (modes or list(a)) if m in a and m in b]
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for mode in names:
+        for metric, values in b[mode].items():
+            base = a[mode].get(metric)
+            if base is None or len(base) != len(values):
+                continue
+            out.setdefault(mode, {})[metric] = {
+                "first": round(metrics.mean(base), 4),
+                "second": round(metrics.mean(values), 4),
+                "delta": round(metrics.mean(values) - metrics.mean(base), 4),
+                "p": round(metrics.randomization_p(values, base), 4),
+            }
+    if as_json:
+        click.echo(json.dumps(out, indent=2, sort_keys=True))
+        return
+    for mode, figures in out.items():
+        for metric, f in figures.items():
+            click.echo(
+                f"{mode} {metric}: {f['first']} -> {f['second']} ({f['delta']:+.4f}, p={f['p']})"
+            )
+
+
 @main.command("plot")
 @click.argument(
     "reports", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path)

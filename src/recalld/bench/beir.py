@@ -154,4 +154,5 @@ async def run(
         "calibration": tuning,
         "modes": results,
         "significance": metrics.significance(paired),
+        "per_query": paired,  # for paired tests across runs (`bench compare`)
     }

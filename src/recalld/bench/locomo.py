@@ -231,4 +231,5 @@ async def run(
         "word_budgets": list(WORD_BUDGETS),
         "modes": {m: summarise(scores[m], latency[m]) for m in names},
         "significance": metrics.significance(paired),
+        "per_query": paired,  # for paired tests across runs (`bench compare`)
     }
