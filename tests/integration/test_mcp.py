@@ -17,7 +17,7 @@ from tests.integration.conftest import Daemon
 
 pytestmark = pytest.mark.integration
 
-TOOLS = {"search", "remember", "forget", "get", "ingest", "status"} | {
+TOOLS = {"search", "remember", "forget", "get", "ingest", "list", "status"} | {
     "context",
     "edit",
     "history",
@@ -128,3 +128,42 @@ async def test_tools_against_a_running_daemon(daemon: Daemon, tmp_path: Path) ->
         daemon.start()
         daemon.wait_ready()
         assert (await call(session, "status"))["counts"]["documents"] == 1
+
+
+async def test_list_tool_pages_documents_memories_and_sources(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    for name in ("a.md", "b.md", "c.md"):
+        (notes / name).write_text(f"# {name}\n\nA note called {name}.\n")
+    daemon.client.sources_add(notes)
+    daemon.wait_for(lambda s: s["counts"]["documents"] == 3)
+    daemon.client.remember("Ines prefers tea", tags=["drinks"], event_time="2024-03-01")
+    async with (
+        stdio_client(server_params(daemon)) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        tools = {tool.name: tool for tool in (await session.list_tools()).tools}
+        assert tools["list"].annotations is not None and tools["list"].annotations.read_only_hint
+
+        first = await call(session, "list", limit=2)
+        assert first["total"] == 3 and first["next_offset"] == 2
+        rest = await call(session, "list", limit=2, offset=2)
+        assert [d["source"] for d in first["items"] + rest["items"]] == [
+            str((notes / n).resolve()) for n in ("a.md", "b.md", "c.md")
+        ]
+        assert rest["next_offset"] is None and rest["items"][0]["updated_at"].endswith("+00:00")
+
+        memories = await call(session, "list", what="memories", tags=["drinks"])
+        assert [m["text"] for m in memories["items"]] == ["Ines prefers tea"]
+        assert memories["items"][0]["event_time"] == "2024-03-01T00:00:00+00:00"
+
+        sources = await call(session, "list", what="sources")
+        mine = next(s for s in sources["items"] if s["path"] == str(notes.resolve()))
+        assert (mine["documents"], mine["errors"]) == (3, 0) and mine["chunks"] >= 3
+
+        assert "is not one of episodic" in await error_text(
+            session, "list", what="memories", kinds=["x"]
+        )

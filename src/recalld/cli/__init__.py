@@ -15,6 +15,7 @@ import click
 from recalld import __version__
 from recalld.cli.admin import calibrate, check, config, errors, status
 from recalld.cli.agent import agent, context
+from recalld.cli.browse import list_, unforget
 from recalld.cli.ingest import ingest, sources
 from recalld.cli.jobs import EXIT_INTERRUPTED, jobs
 from recalld.cli.mcp_command import mcp
@@ -45,6 +46,8 @@ for command in (
     remember,
     get,
     forget,
+    unforget,
+    list_,
     edit,
     history,
     link,

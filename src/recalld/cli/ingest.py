@@ -96,17 +96,11 @@ def sources() -> None:
 @client_command
 @pass_client
 def sources_list(client: Client, as_json: bool) -> None:
-    """List watched folders."""
+    """List watched folders with their documents, chunks, errors and last scan."""
+    from recalld.cli.browse import source_rows
+
     found = client.sources_list()
-    emit(
-        found,
-        as_json,
-        lambda out: table(
-            out,
-            ["path", "kind", "origin", "exists"],
-            [(s["path"], s["kind"], s["origin"], "yes" if s["exists"] else "NO") for s in found],
-        ),
-    )
+    emit(found, as_json, lambda out: table(out, *source_rows(found)))
 
 
 @sources.command("add")

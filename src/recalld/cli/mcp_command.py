@@ -23,8 +23,8 @@ from recalld.client import AsyncClient
 @settings_options
 def mcp(log_level: str, sets: tuple[str, ...], config_file: Path | None) -> None:
     """Serve the Model Context Protocol on stdin/stdout (tools: search, remember, forget, get,
-    ingest, status, context, edit, history, link, sources), talking to the running daemon.
-    Start it from an MCP client's config."""
+    ingest, list, status, context, edit, history, link, sources), talking to the running
+    daemon. Start it from an MCP client's config."""
     # stdout carries the protocol: logs go to stderr, configured here as at any entry point.
     logging.basicConfig(
         level=log_level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -240,6 +241,7 @@ def get(client: Client, chunk_id: int, as_json: bool) -> None:
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS), help="With --query.")
 @click.option("--limit", "-n", type=click.IntRange(1, 100), help="With --query: at most N hits.")
 @click.option("--yes", "-y", is_flag=True, help="With --query: do not ask for confirmation.")
+@click.option("--list-ignored", is_flag=True, help="Show the paths `forget PATH` keeps out.")
 @client_command
 @pass_client
 def forget(
@@ -250,14 +252,41 @@ def forget(
     kinds: tuple[str, ...],
     limit: int | None,
     yes: bool,
+    list_ignored: bool,
     as_json: bool,
 ) -> None:
     """Remove a document or memory by SOURCE (a path or memory:…), by --id, or by --query.
 
+    A SOURCE that is a path (a file, a folder, or a glob such as '~/big/**/*.log') removes
+    everything stored under it and keeps it out: touching or rescanning it does not bring it
+    back. --list-ignored shows what is kept out; `recalld unforget PATH` lets it in again.
+
     --query shows what it would remove and asks first (--yes skips the question).
     """
+    if list_ignored:
+        entries = client.ignored()
+        emit(
+            {"ignored": entries},
+            as_json,
+            lambda out: table(
+                out, ["forgotten path", "since"], [(e["pattern"], when(e["at"])) for e in entries]
+            ),
+        )
+        return
     if sum(x is not None for x in (source, chunk_id, query)) != 1:
         raise click.UsageError("pass a SOURCE, --id ID or --query TEXT (one of them)")
+    if source is not None and _is_path(source):
+        gone = client.forget_path(source)
+        emit(
+            gone,
+            as_json,
+            lambda out: out.print(
+                f"Forgot {gone['forgotten']} document(s); {gone['pattern']} is kept out "
+                f"(`recalld unforget {gone['pattern']}` lets it in again).",
+                markup=False,
+            ),
+        )
+        return
     if query is None:
         result = client.forget(source, chunk_id=chunk_id)
         emit(result, as_json, lambda out: out.print(f"Forgot {result['source']}."))
@@ -283,4 +312,16 @@ def forget(
         {**plan, **result},
         as_json,
         lambda out: out.print(f"Forgot {len(result['forgotten'])} source(s)."),
+    )
+
+
+def _is_path(source: str) -> bool:
+    """Whether `forget SOURCE` names a path (kept out from now on) rather than a source id
+    such as memory:…."""
+    if source.startswith("memory:"):
+        return False
+    return (
+        os.path.exists(source)
+        or source.startswith((os.sep, "~", "."))
+        or any(ch in source for ch in "*?[")
     )

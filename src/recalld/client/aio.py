@@ -29,6 +29,7 @@ from recalld.client.base import (
     ingest_params,
     ingest_result,
     link_params,
+    list_params,
     not_running,
     remember_params,
     search_params,
@@ -377,6 +378,38 @@ class AsyncClient:
     async def sources_list(self) -> list[dict[str, Any]]:
         """Every watched folder."""
         result: list[dict[str, Any]] = (await self.call("sources/list"))["sources"]
+        return result
+
+    async def browse(
+        self,
+        what: str = "documents",
+        *,
+        sources: Sequence[str] = (),
+        kinds: Sequence[str] = (),
+        tags: Sequence[str] = (),
+        since: float | str | None = None,
+        until: float | str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> dict[str, Any]:
+        """A page of `documents`, `memories` or `sources`: `items`, `total`, `next_offset`."""
+        params = list_params(what, sources, kinds, tags, since, until, limit, offset)
+        result: dict[str, Any] = await self.call("list", params)
+        return result
+
+    async def forget_path(self, path: str | os.PathLike[str]) -> dict[str, Any]:
+        """Remove every document under a folder or matching a glob, and keep them out."""
+        result: dict[str, Any] = await self.call("forget/path", {"path": absolute(path)})
+        return result
+
+    async def ignored(self) -> list[dict[str, Any]]:
+        """The forgotten paths and globs kept out of the store."""
+        result: list[dict[str, Any]] = (await self.call("ignored/list"))["ignored"]
+        return result
+
+    async def unforget(self, path: str | os.PathLike[str]) -> dict[str, Any]:
+        """Let a forgotten path or glob in again."""
+        result: dict[str, Any] = await self.call("ignored/remove", {"path": absolute(path)})
         return result
 
     async def sources_add(

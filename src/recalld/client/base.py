@@ -53,6 +53,10 @@ METHODS = {
     "jobs/get": "job",
     "jobs/wait": "wait_job",
     "jobs/cancel": "cancel_job",
+    "list": "browse",
+    "forget/path": "forget_path",
+    "ignored/list": "ignored",
+    "ignored/remove": "unforget",
 }
 # Client methods that are a second way to call a socket method.
 ALIASES = {"forget_query": "forget", "forget_confirm": "forget", "start_ingest": "ingest"}
@@ -297,6 +301,29 @@ def link_params(src: int, dst: int, relation: str | None, weight: float | None) 
         params["relation"] = relation
     if weight is not None:
         params["weight"] = weight
+    return params
+
+
+def list_params(
+    what: str,
+    sources: Sequence[str],
+    kinds: Sequence[str],
+    tags: Sequence[str],
+    since: float | str | None,
+    until: float | str | None,
+    limit: int,
+    offset: int,
+) -> dict[str, Any]:
+    """Params of `list`; source prefixes that exist on disk are made absolute."""
+    params: dict[str, Any] = {"what": what, "limit": limit, "offset": offset}
+    if sources:
+        params["sources"] = [absolute(s) if os.path.exists(s) else s for s in sources]
+    for name, values in (("kinds", kinds), ("tags", tags)):
+        if values:
+            params[name] = list(values)
+    for name, value in (("since", since), ("until", until)):
+        if value is not None:
+            params[name] = value
     return params
 
 

@@ -37,8 +37,10 @@ from recalld.daemon.sources import SOURCES_FILE, SourceRegistry
 from recalld.embeddings.base import Embedder
 from recalld.errors import RecalldError, StoreGoneError
 from recalld.ingest.admission import Admission
+from recalld.ingest.forgotten import ForgottenPaths
 from recalld.ingest.scheduler import Scheduler
 from recalld.ingest.watcher import PathFilter, Watcher
+from recalld.storage import forgotten as stored_forgotten
 from recalld.storage import readers
 
 logger = logging.getLogger(__name__)
@@ -200,7 +202,12 @@ class Server:
             excluded=[settings.store_path, self._lock.path, Path(settings.data_dir) / SOURCES_FILE]
         )
         sources = self.sources
-        admission = Admission(settings.privacy, roots=lambda: [s.path for s in sources.all()])
+        kept_out = await self.memory.store.read(stored_forgotten.entries)
+        admission = Admission(
+            settings.privacy,
+            roots=lambda: [s.path for s in sources.all()],
+            forgotten=ForgottenPaths(e["pattern"] for e in kept_out),
+        )
         self.scheduler = Scheduler(
             self.memory.ingestor, wanted, debounce=self.config.debounce, admission=admission
         )
@@ -334,8 +341,10 @@ class Server:
         self.memory.searcher.settings = new.search
         assert self.scheduler is not None
         try:
-            roots = self.scheduler.admission.roots
-            self.scheduler.admission = Admission(new.privacy, roots=roots)
+            old_admission = self.scheduler.admission
+            self.scheduler.admission = Admission(
+                new.privacy, roots=old_admission.roots, forgotten=old_admission.forgotten
+            )
         except RecalldError as exc:
             logger.error("keeping the old privacy settings: %s", exc.message)
         self.dispatcher.context = replace(self.dispatcher.context, loaded=loaded)

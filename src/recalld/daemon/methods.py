@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from recalld import __version__, protocol
 from recalld.config import LoadedSettings, settings_as_dict
-from recalld.daemon import context, jobs, memories, models, transfer
+from recalld.daemon import browse, context, jobs, memories, models, transfer
 from recalld.daemon.params import InvalidParams, Params
 from recalld.daemon.sources import SourceRegistry, source_dict
 from recalld.errors import NotFoundError, RecalldError
@@ -231,9 +231,9 @@ async def forget(ctx: Context, params: Params, progress: Progress) -> Any:
 
 
 async def sources_list(ctx: Context, params: Params, progress: Progress) -> Any:
-    """Every watched folder, the drop folder first."""
+    """Every watched folder, the drop folder first, with its counts and last scan."""
     params.done()
-    return {"sources": [source_dict(s) for s in ctx.sources.all()]}
+    return {"sources": await browse.sources_with_counts(ctx)}
 
 
 async def sources_add(ctx: Context, params: Params, progress: Progress) -> Any:
@@ -345,6 +345,10 @@ METHODS: dict[str, Method] = {
     "remember": remember,
     "forget": forget,
     "sources/list": sources_list,
+    "list": browse.list_,
+    "forget/path": browse.forget_path,
+    "ignored/list": browse.ignored_list,
+    "ignored/remove": browse.ignored_remove,
     "sources/add": sources_add,
     "sources/remove": sources_remove,
     "status": status,

@@ -13,6 +13,8 @@ pattern matches; the ignore files of each folder are read once and cached until 
 - **Deny-list**: files that hold credentials by their very name, matched against the whole
   path (and a symlink's target), so a watched `~/.ssh` stays out too. Explicitly named files
   bypass ignore files and excludes but never the deny-list, unless the request allows secrets.
+- **Forgotten paths** (`recalld forget PATH`, `ingest.forgotten`): checked first, by every
+  walk, every changed path and every explicit request, so a forgotten file stays out.
 - **Symlinks** (`privacy.symlinks`): `inside` follows a link only when its target is inside a
   watched folder (or the folder being ingested), `never` skips every link, `all` follows all.
   Symlinked folders are never descended (loops).
@@ -31,6 +33,7 @@ import pathspec
 
 from recalld.config import PrivacySettings
 from recalld.errors import ConfigError
+from recalld.ingest.forgotten import ForgottenPaths
 
 IGNORE_FILES = (".gitignore", ".ignore", ".recalldignore")
 SYMLINK_POLICIES = ("inside", "never", "all")
@@ -177,13 +180,17 @@ class Admission:
     Args:
         settings: `privacy.*`.
         roots: The watched folders now (symlink targets must stay inside one of them).
+        forgotten: The paths the user forgot (shared, so a reload keeps them).
 
     Raises:
         ConfigError: `privacy.symlinks` is not one of `SYMLINK_POLICIES`.
     """
 
     def __init__(
-        self, settings: PrivacySettings, roots: Callable[[], Iterable[Path]] = tuple
+        self,
+        settings: PrivacySettings,
+        roots: Callable[[], Iterable[Path]] = tuple,
+        forgotten: ForgottenPaths | None = None,
     ) -> None:
         if settings.symlinks not in SYMLINK_POLICIES:
             raise ConfigError(
@@ -192,6 +199,7 @@ class Admission:
             )
         self.settings = settings
         self.roots = roots
+        self.forgotten = forgotten if forgotten is not None else ForgottenPaths()
         self._folders: dict[str, tuple[tuple[int, ...], Rules]] = {}
         self._lock = threading.Lock()
 
@@ -202,7 +210,10 @@ class Admission:
         return Scope(self, Path(os.path.abspath(root)), tuple(exclude), allow_secrets)
 
     def explicit_refusal(self, path: Path, *, allow_secrets: bool = False) -> str | None:
-        """Why an explicitly named file may not enter (only the deny-list applies), or None."""
+        """Why an explicitly named file may not enter (only the deny-list and the forgotten
+        paths apply), or None."""
+        if (forgotten := self.forgotten.refusal(os.path.abspath(path))) is not None:
+            return forgotten
         if allow_secrets or not self.settings.deny_secret_files:
             return None
         absolute = os.path.abspath(path)
@@ -266,6 +277,8 @@ class Scope:
     def refusal(self, path: Path, rules: Rules, *, is_dir: bool) -> str | None:
         """Why `path` (directly in a folder whose `rules` are given) may not enter, or None."""
         absolute = os.fspath(path)
+        if (forgotten := self.admission.forgotten.refusal(absolute)) is not None:
+            return forgotten
         if (
             not self.allow_secrets
             and self.admission.settings.deny_secret_files
@@ -288,6 +301,8 @@ class Scope:
         if policy == "never":
             return "a symlink (privacy.symlinks = never)"
         target = os.path.realpath(path)
+        if (forgotten := self.admission.forgotten.refusal(target)) is not None:
+            return "a symlink to a path " + forgotten
         if not self.allow_secrets and self.admission.settings.deny_secret_files and denied(target):
             return "a symlink to a secret-bearing file (deny-list)"
         if policy == "all":

@@ -192,6 +192,7 @@ class Scheduler:
             PrivacySettings(), roots=lambda: [s.path for s in self.sources]
         )
         self.totals = BatchReport()
+        self.last_scan: dict[Path, float] = {}  # root -> unix time its last scan finished
         self._pending: dict[Path, tuple[bool, float, float]] = {}
         self._wake = asyncio.Event()
         self._jobs: asyncio.Queue[Job] = asyncio.Queue(queue_size)
@@ -377,6 +378,7 @@ class Scheduler:
         for gone in stored:
             await put(Job(Path(gone), deleted=True))
             queued += 1
+        self.last_scan[root] = time.time()
         logger.info(
             "reconciled %s: %d files, %d to update (%.1f s)",
             root,

@@ -1,5 +1,5 @@
-"""The MCP tools: search, remember, forget, get, ingest and status, each one socket call
-(`recalld.mcp.agent_tools` adds context, edit, history, link and sources).
+"""The MCP tools: search, remember, forget, get, ingest, list and status, each one socket
+call (`recalld.mcp.agent_tools` adds context, edit, history, link and sources).
 
 Tool descriptions are what an assistant reads to decide when and how to call a tool, so they
 say what the tool is for, not how it works. Errors from the daemon come back as MCP tool
@@ -225,6 +225,50 @@ def build_server(client: AsyncClient) -> MCPServer:
         finally:
             await asyncio.gather(*reports, return_exceptions=True)
         return result
+
+    @server.tool(name="list", annotations=_READ)
+    async def list_items(
+        what: Annotated[
+            Literal["documents", "memories", "sources"],
+            Field(description="documents, memories, or sources (watched folders with counts)."),
+        ] = "documents",
+        sources: Annotated[
+            list[str] | None, Field(description="Only under these path prefixes (or memory:).")
+        ] = None,
+        kinds: Annotated[
+            list[str] | None,
+            Field(description="Documents: text, code, conversation; memories: their type."),
+        ] = None,
+        tags: Annotated[list[str] | None, Field(description="Only with all of these tags.")] = None,
+        since: Annotated[
+            str | None, Field(description="Stored (memories: happened) at or after this ISO date.")
+        ] = None,
+        until: Annotated[
+            str | None, Field(description="Stored (memories: happened) before this ISO date.")
+        ] = None,
+        limit: Annotated[int, Field(ge=1, le=200, description="How many per page.")] = 50,
+        offset: Annotated[int, Field(ge=0, description="Skip this many (the next page).")] = 0,
+    ) -> dict[str, Any]:
+        """Browse what long-term memory holds, a page at a time: the documents stored (by
+        source), the memories remembered (newest first), or the watched folders with how
+        many documents, chunks and errors each has. `next_offset` gives the next page."""
+        page: dict[str, Any] = await _call(
+            client.browse(
+                what,
+                sources=sources or (),
+                kinds=kinds or (),
+                tags=tags or (),
+                since=since,
+                until=until,
+                limit=limit,
+                offset=offset,
+            )
+        )
+        for item in page["items"]:
+            for key in ("created_at", "updated_at", "event_time", "last_scan"):
+                if key in item:
+                    item[key] = iso(item[key])
+        return page
 
     @server.tool(annotations=_READ)
     async def status() -> dict[str, Any]:
