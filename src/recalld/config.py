@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import hmac
+import math
 import tomllib
 import typing
 from collections.abc import Mapping, Sequence
@@ -453,6 +454,55 @@ def _api_key(
         return Secret(value)
     value = env.get(settings.api_key_env, "").strip() if settings.api_key_env else ""
     return Secret(value) if value else None
+
+
+# Where each setting takes effect (issue 17): `request` ones travel with every client request
+# that uses them (the search options), `client` ones are read by the client, `both` by client
+# and daemon alike, and the rest by the daemon alone, from the settings it was started with.
+_CLIENT_AND_DAEMON = frozenset({"runtime_dir", "daemon.socket"})
+
+
+def setting_scope(key: str) -> str:
+    """`request`, `client`, `both` or `daemon`: who reads setting `key` (e.g. `search.limit`)."""
+    if key.startswith("search."):
+        return "request"
+    if key.startswith("client."):
+        return "client"
+    return "both" if key in _CLIENT_AND_DAEMON else "daemon"
+
+
+def request_settings(loaded: LoadedSettings) -> dict[str, Any]:
+    """The search options a client sends with its searches: those set in its config file,
+    `RECALLD_SEARCH__*` or `--set search.*` (defaults are left to the daemon)."""
+    values = settings_as_dict(loaded.settings)
+    return {
+        key.removeprefix("search."): value
+        for key, value in values.items()
+        if setting_scope(key) == "request" and loaded.sources.get(key, "default") != "default"
+    }
+
+
+def search_overrides(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate search options sent with a request (`{"limit": 2}`) as `SearchSettings` fields.
+
+    Raises:
+        ConfigError: An option is unknown, or its value has the wrong type or is not finite.
+    """
+    hints = typing.get_type_hints(SearchSettings)
+    out: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name not in hints:
+            raise ConfigError(f"unknown setting 'search.{name}'", data={"setting": name})
+        if value is None or isinstance(value, dict):
+            raise ConfigError(f"setting 'search.{name}' needs a value", data={"setting": name})
+        try:
+            coerced = _coerce(value, hints[name], f"search.{name}")
+        except ConfigError as exc:
+            raise ConfigError(exc.message, data={"setting": name}) from None
+        if isinstance(coerced, float) and not math.isfinite(coerced):
+            raise ConfigError(f"setting 'search.{name}' must be finite", data={"setting": name})
+        out[name] = coerced
+    return out
 
 
 def settings_as_dict(settings: Settings) -> dict[str, Any]:

@@ -177,7 +177,7 @@ async def test_check_and_config_show(daemon: Running) -> None:
         }
         assert report["counts"]["chunks"] == report["counts"]["vectors"] == 1
         shown = (await client.config_show())["settings"]
-        assert shown["embed.model"] == {"value": "hash:64", "source": "env"}
+        assert shown["embed.model"] == {"value": "hash:64", "source": "env", "applies": "daemon"}
         assert shown["search.limit"]["source"] == "default"
 
 
@@ -225,7 +225,11 @@ async def test_reload_applies_watched_folders_and_search_settings(
 
         await wait_until(found)
         shown = (await client.config_show())["settings"]
-        assert shown["search.limit"] == {"value": 3, "source": str(daemon.home / "config.toml")}
+        assert shown["search.limit"] == {
+            "value": 3,
+            "source": str(daemon.home / "config.toml"),
+            "applies": "request",
+        }
     # A broken file keeps the old settings.
     (daemon.home / "config.toml").write_text("[search]\nlimit = 'many'\n")
     await daemon.server.reload()
@@ -296,3 +300,19 @@ async def test_ingest_is_a_job_any_client_can_follow(daemon: Running, tmp_path: 
         brief = await starter.call("jobs/wait", {"id": again["id"], "timeout_s": 0})
         assert brief["id"] == again["id"]
         assert (await starter.wait_job(again["id"]))["result"]["unchanged"] == 40
+
+
+async def test_search_settings_sent_with_a_request(daemon: Running) -> None:
+    async with daemon.client() as client:
+        for i in range(4):
+            await client.remember(f"Lighthouse log {i}: the lamp was trimmed.")
+        assert len((await client.search("lighthouse lamp"))["hits"]) == 4
+        assert len((await client.search("lighthouse lamp", settings={"limit": 2}))["hits"]) == 2
+        both = await client.search("lighthouse lamp", limit=3, settings={"limit": 2})
+        assert len(both["hits"]) == 3  # the param is more specific than the setting
+        for bad, name in (({"colour": 1}, "settings.colour"), ({"limit": "x"}, "settings.limit")):
+            with pytest.raises(ProtocolError) as info:
+                await client.search("lamp", settings=bad)
+            assert info.value.data["param"] == name
+        with pytest.raises(ProtocolError, match="finite"):
+            await client.search("lamp", settings={"tau": "inf"})

@@ -86,8 +86,8 @@ def test_config_show_json_has_values_and_sources(
     code, out, _ = run_main(["config", "show", "--json", "--set", "embed.model=hash:64"], capsys)
     assert code == 0
     shown = json.loads(out)
-    assert shown["embed.model"] == {"value": "hash:64", "source": "flag"}
-    assert shown["search.limit"] == {"value": 7, "source": "env"}
+    assert shown["embed.model"] == {"value": "hash:64", "source": "flag", "applies": "daemon"}
+    assert shown["search.limit"] == {"value": 7, "source": "env", "applies": "request"}
     assert shown["chunk.max_tokens"]["source"] == "default"
 
 

@@ -13,7 +13,7 @@ from recalld.cli.common import client_command, connect, json_option, load, pass_
 from recalld.cli.jobs import job_line
 from recalld.cli.output import duration, emit, pairs, snippet, table, when
 from recalld.client import Client
-from recalld.config import LoadedSettings, default_config_path, settings_as_dict
+from recalld.config import LoadedSettings, default_config_path, setting_scope, settings_as_dict
 from recalld.errors import StoreError
 
 if TYPE_CHECKING:
@@ -245,6 +245,14 @@ def check(
         sys.exit(1)
 
 
+_APPLIES = {
+    "daemon": "daemon",
+    "request": "each search",
+    "client": "client",
+    "both": "client + daemon",
+}
+
+
 @click.group()
 def config() -> None:
     """Settings."""
@@ -255,23 +263,43 @@ def config() -> None:
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path))
 @json_option
 def config_show(sets: tuple[str, ...], config_file: Path | None, as_json: bool) -> None:
-    """Every effective setting and where it came from (default, file, env, flag).
+    """Every effective setting, where it came from (default, file, env, flag) and who reads
+    it: the daemon when it starts, every search this shell sends, or the client itself.
 
     Works without the daemon; it resolves settings as `recalld serve` would here."""
     loaded = load(config_file, sets)
     values = settings_as_dict(loaded.settings)
     data = {
-        key: {"value": value, "source": loaded.sources.get(key, "default")}
+        key: {
+            "value": value,
+            "source": loaded.sources.get(key, "default"),
+            "applies": setting_scope(key),
+        }
         for key, value in values.items()
     }
     file = config_file or default_config_path(os.environ)
+    # A daemon-side setting given here (env, --set) is not what a running daemon uses.
+    unapplied = [
+        k for k, v in data.items() if v["applies"] == "daemon" and v["source"] in ("env", "flag")
+    ]
 
     def render(out: Console) -> None:
         out.print(f"config file: {file}{'' if file.exists() else ' (not present)'}", markup=False)
         table(
             out,
-            ["setting", "value", "source"],
-            [(k, v["value"], v["source"]) for k, v in data.items()],
+            ["setting", "value", "source", "applies"],
+            [(k, v["value"], v["source"], _APPLIES[v["applies"]]) for k, v in data.items()],
         )
+        out.print(
+            "daemon: read by `recalld serve` when it starts (a running daemon keeps those it "
+            "started with); each search: sent with every search from this shell; client: "
+            "read by this command itself.",
+            markup=False,
+        )
+        if unapplied:
+            out.print(
+                f"Not in effect until a daemon starts with them: {', '.join(unapplied)}.",
+                markup=False,
+            )
 
     emit(data, as_json, render)

@@ -113,6 +113,20 @@ def connect(config_file: Path | None, sets: tuple[str, ...]) -> Client:
     return Client(settings.socket_path, timeout=settings.client.timeout_s or None)
 
 
+def pass_client_and_settings(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Like `pass_client`, and also pass the resolved settings as `loaded` (for commands whose
+    requests carry settings, e.g. `search`)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, config_file: Path | None, sets: tuple[str, ...], **kwargs: Any) -> Any:
+        loaded = load(config_file, sets)
+        timeout = loaded.settings.client.timeout_s or None
+        with Client(loaded.settings.socket_path, timeout=timeout) as client:
+            return func(*args, client=client, loaded=loaded, **kwargs)
+
+    return wrapper
+
+
 def pass_client(func: Callable[..., Any]) -> Callable[..., Any]:
     """Replace `config_file` and `sets` with a connected `client` argument."""
 

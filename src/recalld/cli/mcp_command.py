@@ -11,6 +11,7 @@ import click
 
 from recalld.cli.common import load, settings_options
 from recalld.client import AsyncClient
+from recalld.config import request_settings
 
 
 @click.command("mcp")
@@ -32,6 +33,7 @@ def mcp(log_level: str, sets: tuple[str, ...], config_file: Path | None) -> None
     # Imported here: the mcp package (pydantic, starlette) is slow to import.
     from recalld.mcp.adapter import serve_stdio
 
-    settings = load(config_file, sets).settings
+    loaded = load(config_file, sets)
+    settings = loaded.settings
     client = AsyncClient(settings.socket_path, timeout=settings.client.timeout_s or None)
-    asyncio.run(serve_stdio(client))
+    asyncio.run(serve_stdio(client, request_settings(loaded)))

@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from recalld.cli.common import client_command, pass_client
+from recalld.cli.common import client_command, pass_client, pass_client_and_settings
 from recalld.cli.output import emit, snippet, table, when
 from recalld.client import Client
+from recalld.config import LoadedSettings, request_settings
 from recalld.projects import project_of
 from recalld.types import GRANULARITIES, KINDS, MEMORY_TYPES
 
@@ -73,9 +74,10 @@ def project_option(help_text: str) -> Callable[[F], F]:
 )
 @project_option("Only this project's hits and those of no project (default DIR: here).")
 @client_command
-@pass_client
+@pass_client_and_settings
 def search(
     client: Client,
+    loaded: LoadedSettings,
     query: tuple[str, ...],
     limit: int | None,
     mode: str | None,
@@ -115,6 +117,7 @@ def search(
         expand=expand,
         budget_tokens=budget,
         time_aware=False if no_time else None,
+        settings=request_settings(loaded),
     )
 
     def render(out: Console) -> None:

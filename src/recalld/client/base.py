@@ -181,9 +181,12 @@ def search_params(
     expand: int | None,
     budget_tokens: int | None = None,
     time_aware: bool | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Params of `search`, leaving out what is unset."""
     params: dict[str, Any] = {"query": query}
+    if settings:
+        params["settings"] = dict(settings)
     if limit is not None:
         params["limit"] = limit
     if mode is not None:

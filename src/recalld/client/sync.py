@@ -182,13 +182,17 @@ class Client:
         expand: int | None = None,
         budget_tokens: int | None = None,
         time_aware: bool | None = None,
+        settings: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Hybrid search. `filters` takes sources, kinds, granularities, tags, since, until;
         `budget_tokens` packs the hits to that many model tokens (the result's `packing`
-        says what was used and dropped); `time_aware=False` ignores time words in the query."""
+        says what was used and dropped); `time_aware=False` ignores time words in the query;
+        `settings` are search options for this call (`{"limit": 2, "mmr": True}`)."""
         result: dict[str, Any] = self.call(
             "search",
-            search_params(query, limit, mode, filters, explain, expand, budget_tokens, time_aware),
+            search_params(
+                query, limit, mode, filters, explain, expand, budget_tokens, time_aware, settings
+            ),
         )
         return result
 

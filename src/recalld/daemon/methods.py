@@ -23,11 +23,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recalld import __version__, protocol
-from recalld.config import LoadedSettings, settings_as_dict
+from recalld.config import (
+    LoadedSettings,
+    search_overrides,
+    setting_scope,
+    settings_as_dict,
+)
 from recalld.daemon import browse, context, jobs, memories, models, transfer
 from recalld.daemon.params import InvalidParams, Params
 from recalld.daemon.sources import SourceRegistry, source_dict
-from recalld.errors import NotFoundError, RecalldError
+from recalld.errors import ConfigError, NotFoundError, RecalldError
 from recalld.ingest.watcher import SOURCE_KINDS
 from recalld.retrieval.search import MODES
 from recalld.storage import check, projects, readers, repair
@@ -124,6 +129,14 @@ def _absolute(params: Params, name: str) -> Path:
     return Path(params.path(name))
 
 
+def _search_settings(raw: Params) -> dict[str, Any]:
+    try:
+        return search_overrides(raw.raw)
+    except ConfigError as exc:
+        name = exc.data.get("setting")
+        raise InvalidParams(exc.message, f"settings.{name}" if name else "settings") from None
+
+
 # -- methods ---------------------------------------------------------------------------------
 
 
@@ -139,8 +152,11 @@ async def search(ctx: Context, params: Params, progress: Progress) -> Any:
     budget = params.integer("budget_tokens", None, low=1, high=1_000_000)
     time_aware = params.boolean("time_aware", None)
     filters = params.filters()
+    # The client's own search settings (`--set search.x=`, RECALLD_SEARCH__X): params win.
+    overrides: dict[str, Any] = _search_settings(params.object("settings"))
     params.done()
-    overrides: dict[str, Any] = {}
+    setting_limit = overrides.pop("limit", None)
+    limit = setting_limit if limit is None else limit
     if mode is not None:
         overrides["mode"] = mode
     if expand is not None:
@@ -333,7 +349,11 @@ async def config_show(ctx: Context, params: Params, progress: Progress) -> Any:
     values = settings_as_dict(ctx.loaded.settings)
     return {
         "settings": {
-            key: {"value": value, "source": ctx.loaded.sources.get(key, "default")}
+            key: {
+                "value": value,
+                "source": ctx.loaded.sources.get(key, "default"),
+                "applies": setting_scope(key),
+            }
             for key, value in values.items()
         }
     }

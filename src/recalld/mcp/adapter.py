@@ -13,7 +13,7 @@ import asyncio
 import datetime as dt
 import logging
 import os
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Annotated, Any, Literal
 
 from mcp.server.mcpserver import Context, MCPServer
@@ -81,8 +81,11 @@ async def _call(request: Awaitable[Any]) -> Any:
         raise ToolError(f"{type(exc).__name__}: {exc.message}") from None
 
 
-def build_server(client: AsyncClient) -> MCPServer:
-    """An MCP server whose tools call the daemon through `client`."""
+def build_server(
+    client: AsyncClient, search_settings: Mapping[str, Any] | None = None
+) -> MCPServer:
+    """An MCP server whose tools call the daemon through `client`; `search_settings` go with
+    every search (`recalld mcp --set search.limit=5`, issue 17)."""
     server: MCPServer = MCPServer(
         name="recalld", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
     )
@@ -90,7 +93,9 @@ def build_server(client: AsyncClient) -> MCPServer:
     @server.tool(annotations=_READ)
     async def search(
         query: Annotated[str, Field(description="What to look for, in natural language.")],
-        limit: Annotated[int, Field(ge=1, le=100, description="How many results.")] = 10,
+        limit: Annotated[
+            int | None, Field(ge=1, le=100, description="How many results (default 10).")
+        ] = None,
         tags: Annotated[
             list[str] | None, Field(description="Only memories with all of these tags.")
         ] = None,
@@ -126,7 +131,11 @@ def build_server(client: AsyncClient) -> MCPServer:
             "since": since,
             "until": until,
         }
-        result = await _call(client.search(query, limit=limit, filters=filters, explain=explain))
+        result = await _call(
+            client.search(
+                query, limit=limit, filters=filters, explain=explain, settings=search_settings
+            )
+        )
         out = {
             "hits": [_hit(h) for h in result["hits"]],
             "tier": result["tier"],
@@ -289,9 +298,11 @@ def build_server(client: AsyncClient) -> MCPServer:
 READ, ADD, REMOVE, call_daemon = _READ, _ADD, _REMOVE, _call
 
 
-async def serve_stdio(client: AsyncClient) -> None:
+async def serve_stdio(
+    client: AsyncClient, search_settings: Mapping[str, Any] | None = None
+) -> None:
     """Serve MCP on stdin/stdout until the client closes them."""
-    server = build_server(client)
+    server = build_server(client, search_settings)
     try:
         await server.run_stdio_async()
     finally:
