@@ -28,6 +28,7 @@ async def test_project_filter_keeps_own_and_global(store: Store) -> None:
     await store.write(partial(projects.set_project, source="/a/notes.md", project="/a"))
     await store.write(partial(projects.set_project, source="/b/notes.md", project="/b"))
     assert await store.read(partial(projects.project_of, source="/a/notes.md")) == "/a"
+    assert await store.read(partial(projects.sources_of, project="/b")) == {"/b/notes.md"}
 
     def sources(found: list[tuple[int, float]], chunks: dict[int, object]) -> set[str]:
         return {chunks[i].source for i, _ in found}  # type: ignore[attr-defined]

@@ -88,26 +88,39 @@ def pack_sections(
     count: Callable[[str], int],
 ) -> tuple[str, list[Chunk]]:
     """The sections' lines under `title`, best first, while the whole text fits `budget`
-    tokens; each text appears once. Returns the text ('' when nothing fits) and its chunks."""
-    lines: list[str] = []
-    used: list[Chunk] = []
+    tokens; each text appears once. Returns the text ('' when nothing fits) and its chunks.
+
+    Lines are counted one by one (a WordPiece count is additive over lines: a newline is
+    only a separator), then the joined text is counted once more and trimmed from the end
+    should a tokenizer disagree, so the budget holds whatever the tokenizer."""
+    lines: list[tuple[str, Chunk | None]] = [(title, None)]
+    used_tokens = count(title)
     texts: set[str] = set()
     for heading, chunks in sections:
-        heading_added = False
+        heading_cost = count(heading) if heading else 0
+        heading_added = not heading
         for chunk in chunks:
             key = _norm(chunk.text)
             if not key or key in texts:
                 continue
-            candidate = [*lines] if heading_added else [*lines, heading]
-            candidate.append(_line(chunk))
-            if count("\n".join([title, *candidate])) > budget:
+            line = _line(chunk)
+            cost = count(line) + (0 if heading_added else heading_cost)
+            if used_tokens + cost > budget:
                 continue  # a shorter one further down may still fit
-            lines, heading_added = candidate, True
+            if not heading_added:
+                lines.append((heading, None))
+                heading_added = True
+            lines.append((line, chunk))
+            used_tokens += cost
             texts.add(key)
-            used.append(chunk)
+    while len(lines) > 1 and count("\n".join(text for text, _ in lines)) > budget:
+        lines.pop()
+        while len(lines) > 1 and lines[-1][1] is None:
+            lines.pop()  # no heading without a line under it
+    used = [chunk for _, chunk in lines if chunk is not None]
     if not used:
         return "", []
-    return "\n".join([title, *lines]), used
+    return "\n".join(text for text, _ in lines), used
 
 
 async def _start(ctx: Context, project: str | None, budget: int, seen: set[int]) -> dict[str, Any]:
@@ -117,9 +130,10 @@ async def _start(ctx: Context, project: str | None, budget: int, seen: set[int])
         lambda c: projects.recent_chunks(c, scope, START_CANDIDATES)
     )
     candidates = [c for c in candidates if c.status == "active" and c.id not in seen]
-    sources = {c.source for c in candidates if c.granularity == "memory"}
-    owners = await memory.store.read(lambda c: _projects_of(c, sources))
-    mine = [c for c in candidates if c.granularity == "memory" and owners.get(c.source) == project]
+    own: set[str] = set()
+    if project is not None:
+        own = await memory.store.read(partial(projects.sources_of, project=project))
+    mine = [c for c in candidates if c.granularity == "memory" and c.source in own]
     preferences = [c for c in candidates if c.memory_type == "preference"]
     decisions = [c for c in candidates if DECISION.search(c.text)]
     name = os.path.basename(project) if project else "you"
@@ -132,10 +146,6 @@ async def _start(ctx: Context, project: str | None, budget: int, seen: set[int])
     count = memory.embedder.count_tokens
     text, used = await asyncio.to_thread(pack_sections, sections, title, budget, count)
     return _result("start", text, used, budget, count)
-
-
-async def _projects_of(conn: Any, sources: Iterable[str]) -> dict[str, str | None]:
-    return {s: await projects.project_of(conn, s) for s in sources}
 
 
 async def _prompt(

@@ -9,17 +9,17 @@ and Codex CLI (https://developers.openai.com/codex/hooks) document them. Context
 three read. Whatever goes wrong (no daemon, a malformed payload, a budget of 0, a slow
 answer) the hook prints nothing and exits 0: an agent must never break or wait on memory.
 
-Only the standard library's json, os, select, socket, sys and time are imported (plus
+Only the standard library's json, os, select, _socket, sys and time are imported (plus
 `recalld.projects`), and the socket call is written out here rather than taken from
 `recalld.client`, whose settings machinery costs more than the whole hook should.
 """
 
 from __future__ import annotations
 
+import _socket  # the socket module's C core: `socket` builds its IntEnums on import (~5 ms)
 import json
 import os
 import select
-import socket
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -103,28 +103,33 @@ def call(path: str, method: str, params: Mapping[str, Any], timeout: float) -> A
     deadline = time.monotonic() + timeout
     request = {"jsonrpc": "2.0", "id": 1, "method": method, "params": dict(params)}
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(timeout)
-            sock.connect(path)
-            sock.sendall(json.dumps(request, ensure_ascii=False).encode() + b"\n")
-            buffer = b""
-            while True:
-                line, newline, rest = buffer.partition(b"\n")
-                if newline:
-                    buffer = rest
-                    message = json.loads(line)
-                    if message.get("id") != 1:
-                        continue  # a progress notification
-                    if "error" in message:
-                        raise _Skip(str(message["error"].get("message")))
-                    return message.get("result")
-                sock.settimeout(max(0.001, deadline - time.monotonic()))
-                chunk = sock.recv(65536)
-                if not chunk or len(buffer) > MAX_ANSWER:
-                    raise _Skip("the daemon closed the connection")
-                buffer += chunk
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    except OSError as exc:
+        raise _Skip(f"no socket: {exc}") from None
+    try:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        sock.sendall(json.dumps(request, ensure_ascii=False).encode() + b"\n")
+        buffer = b""
+        while True:
+            line, newline, rest = buffer.partition(b"\n")
+            if newline:
+                buffer = rest
+                message = json.loads(line)
+                if message.get("id") != 1:
+                    continue  # a progress notification
+                if "error" in message:
+                    raise _Skip(str(message["error"].get("message")))
+                return message.get("result")
+            sock.settimeout(max(0.001, deadline - time.monotonic()))
+            chunk = sock.recv(65536)
+            if not chunk or len(buffer) > MAX_ANSWER:
+                raise _Skip("the daemon closed the connection")
+            buffer += chunk
     except (OSError, ValueError) as exc:
         raise _Skip(f"daemon unavailable: {exc}") from None
+    finally:
+        sock.close()
 
 
 def socket_path(options: Mapping[str, str]) -> str:

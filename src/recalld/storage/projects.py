@@ -46,6 +46,15 @@ async def project_of(conn: Any, source: str) -> str | None:
 
 
 @routed
+async def sources_of(conn: Any, project: str) -> set[str]:
+    """The sources recorded under `project`."""
+    rows = await fetchall(
+        conn, "SELECT source FROM document_projects WHERE project = ?", (project,)
+    )
+    return {str(r[0]) for r in rows}
+
+
+@routed
 async def recent_chunks(conn: Any, filters: Filters, limit: int) -> list[Chunk]:
     """The newest chunks (by event time) of complete documents matching `filters`."""
     where, params = filter_sql(filters)

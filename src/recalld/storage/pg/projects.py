@@ -26,6 +26,12 @@ async def project_of(conn: PgConn, source: str) -> str | None:
     return str(rows[0][0]) if rows else None
 
 
+async def sources_of(conn: PgConn, project: str) -> set[str]:
+    """The sources recorded under `project`."""
+    rows = await conn.fetch("SELECT source FROM document_projects WHERE project = %s", [project])
+    return {str(r[0]) for r in rows}
+
+
 async def recent_chunks(conn: PgConn, filters: Filters, limit: int) -> list[Chunk]:
     """The newest chunks (by event time) of complete documents matching `filters`."""
     where, params = filter_sql(filters)
