@@ -26,3 +26,24 @@ def git_root(path: str) -> str | None:
 def project_of(folder: str) -> str:
     """The project of a working folder: its git root, or the folder itself (absolute)."""
     return git_root(folder) or os.path.abspath(folder)
+
+
+_ROOTS: dict[str, str | None] = {}  # folder -> its git root, for `elsewhere`
+
+
+def _root_of_folder(folder: str) -> str | None:
+    # A plain dict rather than functools.lru_cache: this module is on the hook's import path.
+    if folder not in _ROOTS:
+        if len(_ROOTS) > 4096:
+            _ROOTS.clear()
+        _ROOTS[folder] = git_root(folder)
+    return _ROOTS[folder]
+
+
+def elsewhere(source: str, project: str) -> bool:
+    """True when `source` is a file inside another project's git repository: a file's
+    project is the repository it lives in, read from its path (cached per folder)."""
+    if not os.path.isabs(source):
+        return False  # memory:..., a conversation id: only their recorded project counts
+    root = _root_of_folder(os.path.dirname(source))
+    return root is not None and root != project

@@ -268,3 +268,26 @@ def test_remember_and_search_by_project_from_the_command_line(
     assert here == {"The kiwi cache is warmed at boot", "The kiwi fruit is green"}
     everywhere = {h["text"] for h in cli("search", "kiwi", "--mode", "bm25", cwd=mine)["hits"]}
     assert len(everywhere) == 3
+
+
+def test_files_belong_to_the_repository_they_live_in(
+    daemon: Daemon, projects: tuple[Path, Path]
+) -> None:
+    mine, theirs = projects
+    (mine / "src" / "notes.md").write_text("The albatross queue drains every night.\n")
+    (theirs / "src" / "notes.md").write_text(
+        "The albatross queue of the other team never drains.\n"
+    )
+    daemon.client.ingest(mine / "src")
+    daemon.client.ingest(theirs / "src")
+    scoped = daemon.client.search(
+        "albatross queue drains", mode="bm25", filters={"project": str(mine)}
+    )
+    assert {h["source"] for h in scoped["hits"]} == {str(mine / "src" / "notes.md")}
+    unscoped = daemon.client.search("albatross queue drains", mode="bm25")
+    assert len({h["source"] for h in unscoped["hits"]}) == 2
+    prompt = payload(
+        "claude", "UserPromptSubmit", mine, prompt="when does the albatross queue drain"
+    )
+    code, out, _ = hook(daemon.socket, "claude", prompt)
+    assert code == 0 and "other team" not in out

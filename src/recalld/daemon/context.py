@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recalld.daemon.params import InvalidParams, Params
+from recalld.projects import elsewhere
 from recalld.storage import projects
 from recalld.types import Chunk, Filters
 
@@ -167,6 +168,10 @@ async def _prompt(
         and h.chunk.id not in seen
         and h.explain.get("routes", {}).get("vector", {}).get("similarity", 0.0) >= floor
     ]
+    if project is not None:
+        confident = await asyncio.to_thread(
+            lambda: [c for c in confident if not elsewhere(c.source, project)]
+        )
     title = "From recalld (long-term memory), related to this prompt:"
     count = memory.embedder.count_tokens
     text, used = await asyncio.to_thread(pack_sections, [("", confident)], title, budget, count)

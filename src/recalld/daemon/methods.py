@@ -34,6 +34,7 @@ from recalld.daemon.params import InvalidParams, Params
 from recalld.daemon.sources import SourceRegistry, source_dict
 from recalld.errors import ConfigError, NotFoundError, RecalldError
 from recalld.ingest.watcher import SOURCE_KINDS
+from recalld.projects import elsewhere
 from recalld.retrieval.search import MODES
 from recalld.storage import check, projects, readers, repair
 from recalld.storage.guard import is_disk_full, os_disk_full_error, write_state
@@ -166,6 +167,12 @@ async def search(ctx: Context, params: Params, progress: Progress) -> Any:
     if time_aware is not None:
         overrides["time_aware"] = time_aware
     result = await ctx.memory.search(query, limit=limit, filters=filters, **overrides)
+    if filters.project is not None:
+        # Files carry the project of the git repository they live in (issue 21).
+        project = filters.project
+        result.hits = await asyncio.to_thread(
+            lambda: [h for h in result.hits if not elsewhere(h.chunk.source, project)]
+        )
     out: dict[str, Any] = {
         "hits": [hit_dict(h, explain) for h in result.hits],
         "tier": result.tier,

@@ -9,23 +9,29 @@ and Codex CLI (https://developers.openai.com/codex/hooks) document them. Context
 three read. Whatever goes wrong (no daemon, a malformed payload, a budget of 0, a slow
 answer) the hook prints nothing and exits 0: an agent must never break or wait on memory.
 
-Only the standard library's json, os, select, _socket, sys and time are imported (plus
-`recalld.projects`), and the socket call is written out here rather than taken from
-`recalld.client`, whose settings machinery costs more than the whole hook should.
+It imports only os, select, sys, time and the C cores of socket and json (`_socket`,
+`_json`, see `recalld.hooks.wire`), plus `recalld.projects`; the socket call is written out
+here rather than taken from `recalld.client`, whose imports cost more than the whole hook
+should.
 """
 
 from __future__ import annotations
 
-import _socket  # the socket module's C core: `socket` builds its IntEnums on import (~5 ms)
-import json
+import _socket  # the socket module's C core: `socket` builds its IntEnums on import
 import os
 import select
 import sys
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, TextIO
 
+from recalld.hooks import wire
 from recalld.projects import project_of
+
+# Names for the type checker only: typing and collections.abc cost imports (typing pulls in
+# `re`) that a hook run on every prompt should not pay.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any, TextIO
 
 # Each host's hook events, as its documentation names them, and what recalld does at each.
 EVENTS: dict[str, dict[str, str]] = {
@@ -89,7 +95,7 @@ def read_payload(stream: TextIO, timeout: float = STDIN_TIMEOUT_S) -> dict[str, 
         if len(data) > MAX_PAYLOAD:
             raise _Skip("payload too large")
     try:
-        payload = json.loads(data.decode("utf-8"))
+        payload = wire.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise _Skip("payload is not JSON") from None
     if not isinstance(payload, dict):
@@ -109,17 +115,18 @@ def call(path: str, method: str, params: Mapping[str, Any], timeout: float) -> A
     try:
         sock.settimeout(timeout)
         sock.connect(path)
-        sock.sendall(json.dumps(request, ensure_ascii=False).encode() + b"\n")
+        sock.sendall(wire.dumps(request).encode() + b"\n")
         buffer = b""
         while True:
             line, newline, rest = buffer.partition(b"\n")
             if newline:
                 buffer = rest
-                message = json.loads(line)
-                if message.get("id") != 1:
+                message = wire.loads(line.decode("utf-8"))
+                if not isinstance(message, dict) or message.get("id") != 1:
                     continue  # a progress notification
-                if "error" in message:
-                    raise _Skip(str(message["error"].get("message")))
+                error = message.get("error")
+                if isinstance(error, dict):
+                    raise _Skip(str(error.get("message")))
                 return message.get("result")
             sock.settimeout(max(0.001, deadline - time.monotonic()))
             chunk = sock.recv(65536)
@@ -179,7 +186,7 @@ def run(argv: Sequence[str], stdin: TextIO, stdout: TextIO) -> None:
     if params["event"] == "stop" or not text:
         return
     output = {"hookSpecificOutput": {"hookEventName": name, "additionalContext": text}}
-    stdout.write(json.dumps(output, ensure_ascii=False) + "\n")
+    stdout.write(wire.dumps(output) + "\n")
     stdout.flush()
 
 
