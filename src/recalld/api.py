@@ -71,6 +71,7 @@ class AsyncMemory:
             settings.chunk,
             settings.daemon.max_file_mb * 2**20,
             settings.embed.batch_size,
+            read_timeout_s=settings.daemon.read_timeout_s,
             facts=self._facts,
             links=settings.links,
             supersession=self._supersession,
@@ -139,10 +140,15 @@ class AsyncMemory:
             isolate_users=settings.store.isolate_users,
             vector_index=settings.store.vector_index,
         )
-        memory = cls(
-            settings, store, embedder, await calibrate(embedder), owns_embedder=owns_embedder
-        )
-        memory.searcher.tuning = await selftune.load(store)
+        try:
+            calibration = await calibrate(embedder)
+            tuning = await selftune.load(store)
+        except BaseException:
+            # An open store keeps threads alive that would keep the process from exiting.
+            await store.close()
+            raise
+        memory = cls(settings, store, embedder, calibration, owns_embedder=owns_embedder)
+        memory.searcher.tuning = tuning
         return memory
 
     async def __aenter__(self) -> AsyncMemory:

@@ -206,6 +206,7 @@ class DaemonSettings:
     drop_folder: str = ""  # empty: <data dir>/drop
     watch: tuple[str, ...] = ()
     max_file_mb: int = 64
+    read_timeout_s: float = 30.0  # a file read or folder listing that takes longer is skipped
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ import logging.config
 import os
 import signal
 import sys
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -49,6 +50,8 @@ STARTUP_FAILURE = 3
 WATCH_SETTLE_S = 1.0
 # How often the store's files are checked for having been deleted under the daemon.
 STORE_FILES_CHECK_S = 2.0
+# After a stop, how long blocked threads may hold up the process's exit.
+EXIT_GRACE_S = 5.0
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 
@@ -403,13 +406,39 @@ def run(config: Config) -> int:
     """Run the daemon in this process (the `recalld serve` entry point). Returns the exit code."""
     if config.configure_logging:
         configure_logging(config.log_level, config.log_format)
+
+    async def serve() -> int:
+        code = await Server(config).serve()
+        _exit_anyway(code, EXIT_GRACE_S)
+        return code
+
     try:
-        return asyncio.run(Server(config).serve())
+        return asyncio.run(serve())
     except KeyboardInterrupt:  # pragma: no cover - only before the handlers are installed
         return 130
     finally:
         with contextlib.suppress(Exception):
             sys.stderr.flush()
+
+
+def _exit_anyway(code: int, grace: float) -> None:
+    """Exit with `code` in `grace` s if the interpreter has not by then.
+
+    Called once the store is closed and the socket and lock are gone, so nothing is lost: a
+    thread still blocked (a file read on a hung mount, a stuck request) would otherwise keep a
+    stopped daemon alive, since Python waits for worker threads at exit.
+    """
+
+    def exit_now() -> None:
+        logger.warning("threads still blocked %g s after stopping; exiting anyway", grace)
+        with contextlib.suppress(Exception):
+            logging.shutdown()
+            sys.stderr.flush()
+        os._exit(code)
+
+    timer = threading.Timer(grace, exit_now)
+    timer.daemon = True
+    timer.start()
 
 
 def default_config(env: Mapping[str, str] | None = None, **kwargs: Any) -> Config:

@@ -34,6 +34,7 @@ import pathspec
 from recalld.config import PrivacySettings
 from recalld.errors import ConfigError
 from recalld.ingest.forgotten import ForgottenPaths
+from recalld.safe_io import open_regular
 
 IGNORE_FILES = (".gitignore", ".ignore", ".recalldignore")
 SYMLINK_POLICIES = ("inside", "never", "all")
@@ -242,8 +243,9 @@ class Admission:
             if stamp < 0:
                 continue
             try:
-                with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:
-                    spec = _spec(f.read().splitlines())
+                # A FIFO or device named .gitignore is skipped, never waited on.
+                with open_regular(os.path.join(folder, name)) as f:
+                    spec = _spec(f.read().decode("utf-8", "replace").splitlines())
             except OSError:
                 continue
             if spec is not None:

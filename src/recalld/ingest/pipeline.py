@@ -40,6 +40,7 @@ from recalld.errors import IngestError, NotFoundError, RecalldError
 from recalld.ingest.autolink import AutoLinker
 from recalld.ingest.facts_llm import LLMFactExtractor
 from recalld.ingest.supersede_llm import LLMSupersessionDetector
+from recalld.safe_io import call_with_timeout, open_regular
 from recalld.storage import history, readers, writer
 from recalld.storage.store import Store
 from recalld.types import MEMORY_TYPES, ChunkDraft
@@ -75,6 +76,24 @@ def content_hash(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def read_timeout_error(path: Path | str, timeout: float) -> IngestError:
+    """The error for a file whose read hung (a stuck mount, a leased or special file)."""
+    return IngestError(
+        f"reading {path} took longer than {timeout:g} s (a hung mount, or a file that blocks "
+        "readers); skipped, and tried again when it changes (daemon.read_timeout_s)",
+        data={"path": str(path), "reason": "read timed out"},
+    )
+
+
+def busy_file_error(path: Path | str) -> IngestError:
+    """The error for a file another program holds (a lease): opening it would wait."""
+    return IngestError(
+        f"{path} is held by another program (a file lease), so reading it would wait; "
+        "skipped, and tried again when it changes",
+        data={"path": str(path), "reason": "held by another program"},
+    )
+
+
 def _read_file(path: Path, max_bytes: int) -> tuple[bytes, float, int]:
     stat = path.stat()
     if stat.st_size > max_bytes:
@@ -83,7 +102,11 @@ def _read_file(path: Path, max_bytes: int) -> tuple[bytes, float, int]:
             "limit; raise daemon.max_file_mb to ingest it",
             data={"path": str(path), "reason": "too large"},
         )
-    with path.open("rb") as handle:
+    try:
+        handle = open_regular(path)
+    except BlockingIOError:
+        raise busy_file_error(path) from None
+    with handle:
         data = handle.read(max_bytes + 1)
     return data, stat.st_mtime, stat.st_size
 
@@ -121,6 +144,7 @@ class Ingestor:
         chunking: Chunk sizes.
         max_file_bytes: Larger files are refused (never read whole).
         batch_size: Texts per model call.
+        read_timeout_s: A file whose read takes longer is skipped (`safe_io`).
         facts: An LLM fact extractor for conversation logs (`facts_llm.fact_extractor`);
             None: heuristic facts. The caller closes it.
         links: Auto-link settings (similar, supersedes); default `LinkSettings()`.
@@ -137,6 +161,7 @@ class Ingestor:
         max_file_bytes: int = 64 * 2**20,
         batch_size: int = 32,
         *,
+        read_timeout_s: float = 30.0,
         facts: LLMFactExtractor | None = None,
         links: LinkSettings | None = None,
         supersession: LLMSupersessionDetector | None = None,
@@ -155,6 +180,7 @@ class Ingestor:
             redact_entropy=privacy.redact_entropy,
         )
         self.max_file_bytes = max_file_bytes
+        self.read_timeout_s = read_timeout_s
         self.batch_size = batch_size
         self.facts = facts if chunking.facts else None
         self.linker = AutoLinker(store, links or LinkSettings(), supersession)
@@ -174,7 +200,13 @@ class Ingestor:
         if source is None:
             source = await asyncio.to_thread(os.path.abspath, path)
         try:
-            data, mtime, size = await asyncio.to_thread(_read_file, path, self.max_file_bytes)
+            data, mtime, size = await call_with_timeout(
+                partial(_read_file, path, self.max_file_bytes), self.read_timeout_s
+            )
+        except TimeoutError:
+            error = read_timeout_error(path, self.read_timeout_s)
+            await self._record_error(source, error)
+            raise error from None
         except OSError as exc:
             error = IngestError(
                 f"cannot read {path}: {exc.strerror or exc}",

@@ -28,6 +28,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from stat import S_ISREG
 from typing import Any
@@ -35,8 +36,16 @@ from typing import Any
 from recalld.config import PrivacySettings
 from recalld.errors import EmbeddingError, IngestError, NotFoundError, RecalldError
 from recalld.ingest.admission import IGNORE_FILES, Admission, Scope
-from recalld.ingest.pipeline import Ingestor, IngestReport, content_hash, replace_error
+from recalld.ingest.pipeline import (
+    Ingestor,
+    IngestReport,
+    busy_file_error,
+    content_hash,
+    read_timeout_error,
+    replace_error,
+)
 from recalld.ingest.watcher import FileState, PathFilter, WatchedSource, accepts, walk
+from recalld.safe_io import NotRegularFile, call_with_timeout, open_regular
 from recalld.storage import readers, writer
 from recalld.types import Document
 
@@ -55,6 +64,8 @@ class Job:
 
     path: Path
     deleted: bool = False
+    # The watched folder whose scan queued it: dropped if that folder is no longer watched.
+    root: Path | None = None
 
 
 @dataclass(slots=True)
@@ -142,7 +153,16 @@ def _read(path: Path, max_bytes: int) -> _Read | FileState | None:
             "limit; raise daemon.max_file_mb to ingest it",
             data={"path": str(path), "reason": "too large"},
         )
-    with path.open("rb") as handle:
+    try:
+        handle = open_regular(path)
+    except BlockingIOError:
+        raise busy_file_error(path) from None
+    except NotRegularFile:
+        raise IngestError(  # replaced by one between the stat and the open
+            f"{path} is not a regular file (a pipe, socket or device); it is not ingested",
+            data={"path": str(path), "reason": "not a regular file"},
+        ) from None
+    with handle:
         data = handle.read(max_bytes + 1)
     return _Read(path, os.fspath(path), data, stat.st_mtime, stat.st_size)
 
@@ -196,7 +216,7 @@ class Scheduler:
         self._pending: dict[Path, tuple[bool, float, float]] = {}
         self._wake = asyncio.Event()
         self._jobs: asyncio.Queue[Job] = asyncio.Queue(queue_size)
-        self._scans: asyncio.Queue[Path] = asyncio.Queue()
+        self._scans: asyncio.Queue[tuple[Path, bool]] = asyncio.Queue()
         self._scanning = 0
         self._in_flight = 0
         # Files that failed, by (mtime, size): not retried on every event or scan until they
@@ -221,7 +241,8 @@ class Scheduler:
 
     def scan(self, root: Path) -> None:
         """Reconcile everything under `root` (a folder or a file) with the store."""
-        self._scans.put_nowait(root)
+        # Whether it was watched: a scan queued for a folder removed since is not run.
+        self._scans.put_nowait((root, self.source_for(root) is not None))
         self._idle.clear()
 
     def source_for(self, path: Path) -> WatchedSource | None:
@@ -336,7 +357,11 @@ class Scheduler:
 
     async def _scan_loop(self) -> None:
         while True:
-            root = await self._scans.get()
+            root, watched = await self._scans.get()
+            if watched and self.source_for(root) is None:
+                logger.info("not reconciling %s: it is no longer watched", root)
+                self._check_idle()
+                continue
             self._scanning += 1
             try:
                 await self.reconcile(root, self._enqueue)
@@ -360,7 +385,12 @@ class Scheduler:
             if doc.source == prefix or doc.source.startswith(prefix.rstrip(os.sep) + os.sep):
                 stored[doc.source] = (doc.mtime, doc.size, doc.state)
         queued = seen = 0
-        async for state in walk(root, self.wanted, self.scope_for(root)):
+        timeout = self.ingestor.read_timeout_s
+        async for state in walk(root, self.wanted, self.scope_for(root), timeout):
+            if source is not None and self.source_for(root) is None:
+                # `sources remove` took the folder away: stop, and queue nothing more of it.
+                logger.info("stopped reconciling %s: it is no longer watched", root)
+                return queued
             seen += 1
             key = os.fspath(state.path)
             known = stored.pop(key, None)
@@ -373,10 +403,12 @@ class Scheduler:
                 and (known[0] is not None and abs(known[0] - state.mtime) < 1e-6)
             ):
                 continue
-            await put(Job(state.path))
+            await put(Job(state.path, root=root if source else None))
             queued += 1
+        if source is not None and self.source_for(root) is None:
+            return queued
         for gone in stored:
-            await put(Job(Path(gone), deleted=True))
+            await put(Job(Path(gone), deleted=True, root=root if source else None))
             queued += 1
         self.last_scan[root] = time.time()
         logger.info(
@@ -439,7 +471,9 @@ class Scheduler:
         Raises:
             NotFoundError: `root` does not exist.
         """
-        exists, is_file = await asyncio.to_thread(lambda: (root.exists(), root.is_file()))
+        # Anything but a folder is one job: a FIFO or device named here is refused by the
+        # read, with its reason, not walked as if it were a folder.
+        exists, is_file = await asyncio.to_thread(lambda: (root.exists(), not root.is_dir()))
         if not exists:
             raise NotFoundError(f"{root} does not exist", data={"path": str(root)})
         scope = self.admission.scope(root, exclude, allow_secrets=allow_secrets)
@@ -447,7 +481,7 @@ class Scheduler:
             total = 1
         else:
             total = 0
-            async for _ in walk(root, self.wanted, scope):
+            async for _ in walk(root, self.wanted, scope, self.ingestor.read_timeout_s):
                 total += 1
         report = BatchReport()
         batch: list[Job] = []
@@ -473,7 +507,7 @@ class Scheduler:
         if is_file:
             batch.append(Job(root))
         else:
-            async for state in walk(root, self.wanted, scope):
+            async for state in walk(root, self.wanted, scope, self.ingestor.read_timeout_s):
                 batch.append(Job(state.path))
                 if len(batch) >= self.batch_files:
                     await flush()
@@ -504,6 +538,8 @@ class Scheduler:
         report = BatchReport()
         latest: dict[Path, Job] = {}
         for job in jobs:
+            if job.root is not None and self.source_for(job.root) is None:
+                continue  # queued by the scan of a folder removed since
             latest[job.path] = job
         reads: list[_Read] = []
         gone: list[str] = []
@@ -514,20 +550,27 @@ class Scheduler:
             source = None if explicit else self.source_for(path)
             if source is not None and not accepts(source.kind, path):
                 continue
+            timeout = self.ingestor.read_timeout_s
+            try:
+                refusal, found = await call_with_timeout(
+                    partial(self._admit_and_read, path, source, allow_secrets), timeout
+                )
+            except TimeoutError:
+                await self._fail(report, os.fspath(path), read_timeout_error(path, timeout))
+                continue
+            except (OSError, IngestError) as exc:
+                # Not rescanned for its rules even if it is an ignore file: a FIFO named
+                # .gitignore is listed again by that scan, which would loop.
+                await self._fail(report, os.fspath(path), exc)
+                continue
             if source is not None and path.name in IGNORE_FILES:
                 self.scan(path.parent)  # what its rules now let in or keep out
-            refusal = await asyncio.to_thread(self._refusal, path, source, allow_secrets)
             if refusal is not None:
                 if explicit:
                     await self._refuse(report, os.fspath(path), refusal)
                 else:
                     # What is now kept out leaves the store (a folder: all it holds).
                     gone.append(os.fspath(path))
-                continue
-            try:
-                found = await asyncio.to_thread(_read, path, self.ingestor.max_file_bytes)
-            except (OSError, IngestError) as exc:
-                await self._fail(report, os.fspath(path), exc)
                 continue
             if found is None:
                 gone.append(os.fspath(path))
@@ -540,6 +583,16 @@ class Scheduler:
         if reads:
             await self._ingest(reads, report, explicit, allow_secrets)
         return report
+
+    def _admit_and_read(
+        self, path: Path, source: WatchedSource | None, allow_secrets: bool
+    ) -> tuple[str | None, _Read | FileState | None]:
+        """Why `path` may not enter, or else what it holds (blocking: both read files, which a
+        hung mount can block, so they run together under one deadline)."""
+        refusal = self._refusal(path, source, allow_secrets)
+        if refusal is not None:
+            return refusal, None
+        return None, _read(path, self.ingestor.max_file_bytes)
 
     def _refusal(self, path: Path, source: WatchedSource | None, allow_secrets: bool) -> str | None:
         """Why a changed or named path may not enter (blocking)."""

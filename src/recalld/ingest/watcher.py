@@ -24,13 +24,17 @@ import stat as stat_module
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import watchfiles
 
 from recalld.ingest.admission import Rules, Scope
+from recalld.safe_io import call_with_timeout
 
 logger = logging.getLogger(__name__)
+
+LIST_TIMEOUT_S = 30.0
 
 IGNORED_DIRS = frozenset(
     {
@@ -203,12 +207,16 @@ def _never_readable(entry: os.DirEntry[str]) -> bool:
 
 
 async def walk(
-    root: Path, wanted: PathFilter | None = None, scope: Scope | None = None
+    root: Path,
+    wanted: PathFilter | None = None,
+    scope: Scope | None = None,
+    limit_s: float = LIST_TIMEOUT_S,
 ) -> AsyncIterator[FileState]:
     """Every wanted file under `root`, one folder listing at a time in a worker thread.
 
     With a `scope`, its admission rules apply too (ignore files, excludes, deny-list,
-    symlinks). Streams: a folder of 100k files is never held in memory as a whole.
+    symlinks). Streams: a folder of 100k files is never held in memory as a whole. A folder
+    whose listing (or ignore files) takes over `limit_s`, a hung mount, is skipped.
     """
     wanted = wanted or PathFilter()
     if await asyncio.to_thread(root.is_file):
@@ -224,7 +232,13 @@ async def walk(
     stack: list[tuple[Path, Rules]] = [(root, start)]
     while stack:
         folder, rules = stack.pop()
-        files, folders = await asyncio.to_thread(_list_dir, folder, wanted, scope, rules)
+        try:
+            files, folders = await call_with_timeout(
+                partial(_list_dir, folder, wanted, scope, rules), limit_s
+            )
+        except TimeoutError:
+            logger.warning("listing %s took longer than %g s; skipped", folder, limit_s)
+            continue
         for state in sorted(files, key=lambda f: f.path):
             yield state
         stack.extend(sorted(folders, key=lambda f: f[0], reverse=True))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from recalld.errors import NotFoundError, ParseError
+from recalld.safe_io import open_regular
 from recalld.storage import portable, values
 from recalld.storage.backend import is_url
 from recalld.storage.connection import connect
@@ -48,7 +49,7 @@ def read_lines(path: Path) -> Generator[tuple[int, dict[str, Any]], None, None]:
     Raises:
         ParseError: A line is not UTF-8 JSON, or not an object with a string `type`.
     """
-    with path.open("rb") as handle:
+    with open_regular(path) as handle:  # a FIFO is refused, not waited on
         for number, raw in enumerate(handle, 1):
             if not raw.strip():
                 continue
