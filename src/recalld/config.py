@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import math
+import os
 import tomllib
 import typing
 from collections.abc import Mapping, Sequence
@@ -202,7 +203,7 @@ class LinkSettings:
 class DaemonSettings:
     """The socket and the folders the daemon watches."""
 
-    socket: str = ""  # empty: $XDG_RUNTIME_DIR/recalld/recalld.sock
+    socket: str = ""  # empty: ~/.cache/recalld/run/recalld.sock ($RECALLD_HOME/run/...)
     drop_folder: str = ""  # empty: <data dir>/drop
     watch: tuple[str, ...] = ()
     max_file_mb: int = 64
@@ -304,10 +305,31 @@ def _default_dirs(env: Mapping[str, str]) -> dict[str, str]:
         }
     data = Path(env.get("XDG_DATA_HOME") or home / ".local" / "share") / "recalld"
     cache = Path(env.get("XDG_CACHE_HOME") or home / ".cache") / "recalld"
-    runtime = (
-        Path(env["XDG_RUNTIME_DIR"]) / "recalld" if env.get("XDG_RUNTIME_DIR") else cache / "run"
-    )
-    return {"data_dir": str(data), "cache_dir": str(cache), "runtime_dir": str(runtime)}
+    return {"data_dir": str(data), "cache_dir": str(cache), "runtime_dir": str(_runtime(home))}
+
+
+def _runtime(home: Path) -> Path:
+    # The socket's folder comes from the user's home alone, not from XDG_RUNTIME_DIR or
+    # XDG_CACHE_HOME: editors start MCP servers with a bare environment (HOME, PATH, USER), and
+    # the daemon and every client must agree on the path (issue 17).
+    return home / ".cache" / "recalld" / "run"
+
+
+def socket_candidates(loaded: LoadedSettings, env: Mapping[str, str]) -> list[Path]:
+    """Where a client looks for the daemon, in order: the configured socket, then, unless
+    `daemon.socket` is set, the places daemons of other environments (or older versions) use.
+    """
+    first = loaded.settings.socket_path
+    if loaded.sources.get("daemon.socket", "default") != "default":
+        return [first]
+    home = Path(env.get("HOME", str(Path.home())))
+    places = [first, _runtime(home) / "recalld.sock"]
+    if env.get("XDG_RUNTIME_DIR"):
+        places.append(Path(env["XDG_RUNTIME_DIR"]) / "recalld" / "recalld.sock")
+    places.append(Path("/run/user") / str(os.getuid()) / "recalld" / "recalld.sock")
+    if env.get("XDG_CACHE_HOME"):
+        places.append(Path(env["XDG_CACHE_HOME"]) / "recalld" / "run" / "recalld.sock")
+    return list(dict.fromkeys(places))
 
 
 def default_config_path(env: Mapping[str, str]) -> Path:

@@ -7,11 +7,12 @@ import json
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, TextContent
 
 from tests.integration.conftest import Daemon
 
@@ -106,3 +107,39 @@ def test_config_show_says_who_reads_each_setting(daemon: Daemon) -> None:
     assert "each search" in table
     # The daemon's own view: what it was started with.
     assert daemon.client.config_show()["settings"]["search.limit"]["applies"] == "request"
+
+
+async def test_recalld_mcp_with_the_sdks_default_environment_finds_the_daemon(
+    make_daemon: Callable[..., Daemon], short_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An editor starts `recalld mcp` with only HOME, PATH, USER and the like (the MCP SDK's
+    default environment): no XDG_RUNTIME_DIR, no RECALLD_*. The daemon, started from a session
+    that has XDG_RUNTIME_DIR (as under systemd), listens where that client looks (issue 17)."""
+    home = short_dir / "h"
+    socket = home / ".cache" / "recalld" / "run" / "recalld.sock"
+    daemon = make_daemon(home=home, socket=socket)
+    for name in ("RECALLD_HOME", "RECALLD_DAEMON__SOCKET"):
+        del daemon.env[name]  # the defaults, derived from the user's home
+    daemon.env.update(HOME=str(home), XDG_RUNTIME_DIR=str(short_dir / "xdg-run"))
+    daemon.start()
+    status = daemon.wait_ready()
+    assert status["socket"] == str(socket)
+    monkeypatch.setenv("HOME", str(home))  # what the SDK passes on, with PATH, USER, ...
+    params = StdioServerParameters(command=sys.executable, args=["-m", "recalld", "mcp"])
+    assert params.env is None
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        result = await session.call_tool("status", {})
+        assert not result.is_error, result.content
+        assert result.structured_content is not None
+        assert result.structured_content["socket"] == str(socket)
+    daemon.stop()
+    # Nobody answers: the error names every place it looked.
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        result = await session.call_tool("status", {})
+        assert result.is_error
+        block = result.content[0]
+        assert isinstance(block, TextContent)
+        assert str(socket) in block.text and "also looked at" in block.text
+        assert "/run/user/" in block.text

@@ -1,8 +1,14 @@
+import os
 from pathlib import Path
 
 import pytest
 
-from recalld.config import default_config_path, load_settings, settings_as_dict
+from recalld.config import (
+    default_config_path,
+    load_settings,
+    settings_as_dict,
+    socket_candidates,
+)
 from recalld.errors import ConfigError
 
 
@@ -19,8 +25,31 @@ def test_xdg_dirs(tmp_path: Path):
     env = {"HOME": str(tmp_path), "XDG_RUNTIME_DIR": "/run/user/1000"}
     s = load_settings(None, env).settings
     assert s.store_path == tmp_path / ".local/share/recalld/recalld.db"
-    assert s.socket_path == Path("/run/user/1000/recalld/recalld.sock")
     assert default_config_path(env) == tmp_path / ".config/recalld/config.toml"
+
+
+def test_the_socket_comes_from_the_home_alone(tmp_path: Path):
+    """Not from XDG_RUNTIME_DIR or XDG_CACHE_HOME, which editors do not pass (issue 17)."""
+    bare = {"HOME": str(tmp_path)}
+    full = {**bare, "XDG_RUNTIME_DIR": "/run/user/1000", "XDG_CACHE_HOME": "/elsewhere"}
+    expected = tmp_path / ".cache/recalld/run/recalld.sock"
+    for env in (bare, full):
+        assert load_settings(None, env).settings.socket_path == expected
+    # A client looks there first, then where other environments and older versions put it.
+    places = socket_candidates(load_settings(None, full), full)
+    assert places == list(
+        dict.fromkeys(
+            [
+                expected,
+                Path("/run/user/1000/recalld/recalld.sock"),
+                Path(f"/run/user/{os.getuid()}/recalld/recalld.sock"),
+                Path("/elsewhere/recalld/run/recalld.sock"),
+            ]
+        )
+    )
+    # A socket set on purpose is the only place looked at.
+    chosen = load_settings(None, bare, {"daemon.socket": "/tmp/x.sock"})
+    assert socket_candidates(chosen, bare) == [Path("/tmp/x.sock")]
 
 
 def test_precedence_file_env_flag(tmp_path: Path):

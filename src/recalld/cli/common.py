@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from recalld.client import Client
-from recalld.config import LoadedSettings, load_settings
+from recalld.config import LoadedSettings, load_settings, socket_candidates
 
 if TYPE_CHECKING:
     from recalld.api import AsyncMemory
@@ -107,10 +107,16 @@ def load(config_file: Path | None, sets: tuple[str, ...]) -> LoadedSettings:
     return load_settings(config_file, os.environ, parse_sets(sets))
 
 
+def client_for(loaded: LoadedSettings) -> Client:
+    """A client for the daemon these settings name, trying the other known places after."""
+    places = socket_candidates(loaded, os.environ)
+    timeout = loaded.settings.client.timeout_s or None
+    return Client(places[0], timeout=timeout, fallbacks=places[1:])
+
+
 def connect(config_file: Path | None, sets: tuple[str, ...]) -> Client:
     """A client for the daemon these settings name."""
-    settings = load(config_file, sets).settings
-    return Client(settings.socket_path, timeout=settings.client.timeout_s or None)
+    return client_for(load(config_file, sets))
 
 
 def pass_client_and_settings(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -120,8 +126,7 @@ def pass_client_and_settings(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def wrapper(*args: Any, config_file: Path | None, sets: tuple[str, ...], **kwargs: Any) -> Any:
         loaded = load(config_file, sets)
-        timeout = loaded.settings.client.timeout_s or None
-        with Client(loaded.settings.socket_path, timeout=timeout) as client:
+        with client_for(loaded) as client:
             return func(*args, client=client, loaded=loaded, **kwargs)
 
     return wrapper

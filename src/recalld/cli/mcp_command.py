@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import click
 
 from recalld.cli.common import load, settings_options
 from recalld.client import AsyncClient
-from recalld.config import request_settings
+from recalld.config import request_settings, socket_candidates
 
 
 @click.command("mcp")
@@ -35,5 +36,7 @@ def mcp(log_level: str, sets: tuple[str, ...], config_file: Path | None) -> None
 
     loaded = load(config_file, sets)
     settings = loaded.settings
-    client = AsyncClient(settings.socket_path, timeout=settings.client.timeout_s or None)
+    # An editor may start this with a bare environment: try the known places (issue 17).
+    places = socket_candidates(loaded, os.environ)
+    client = AsyncClient(places[0], timeout=settings.client.timeout_s or None, fallbacks=places[1:])
     asyncio.run(serve_stdio(client, request_settings(loaded)))

@@ -46,6 +46,8 @@ class AsyncClient:
     Args:
         socket_path: The daemon's socket (see `AsyncClient.from_env`).
         timeout: Seconds to wait for each message from the daemon.
+        fallbacks: Other sockets to try, in order, when nobody answers on `socket_path`
+            (`config.socket_candidates`); the first that answers is kept.
 
     Raises (from every method):
         DaemonNotRunning: Nothing answers on the socket.
@@ -53,9 +55,15 @@ class AsyncClient:
     """
 
     def __init__(
-        self, socket_path: str | os.PathLike[str], *, timeout: float | None = DEFAULT_TIMEOUT
+        self,
+        socket_path: str | os.PathLike[str],
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        fallbacks: Sequence[str | os.PathLike[str]] = (),
     ) -> None:
         self.socket_path = Path(socket_path)
+        self.fallbacks = [Path(p) for p in fallbacks if Path(p) != self.socket_path]
+        self._places = [self.socket_path, *self.fallbacks]
         self.timeout = timeout
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
@@ -94,12 +102,21 @@ class AsyncClient:
         if self._reader is not None and self._reader.at_eof():
             await self.close()  # the daemon closes connections left idle; open a new one
         if self._reader is None or self._writer is None:
-            try:
-                self._reader, self._writer = await asyncio.open_unix_connection(
-                    os.fspath(self.socket_path), limit=protocol.MAX_LINE_BYTES
-                )
-            except (FileNotFoundError, ConnectionRefusedError) as exc:
-                raise not_running(self.socket_path, exc) from None
+            first: OSError | None = None
+            for path in self._places:
+                try:
+                    self._reader, self._writer = await asyncio.open_unix_connection(
+                        os.fspath(path), limit=protocol.MAX_LINE_BYTES
+                    )
+                except (FileNotFoundError, ConnectionRefusedError) as exc:
+                    first = first or exc
+                    continue
+                # Elsewhere? The first place that answers is kept (issue 17).
+                self.socket_path = path
+                break
+            else:
+                assert first is not None
+                raise not_running(self._places[0], first, self._places[1:]) from None
         return self._reader, self._writer
 
     async def call(

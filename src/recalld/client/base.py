@@ -96,12 +96,13 @@ def error_from_object(error: Mapping[str, Any]) -> RecalldError:
     return cls(message, data=data)
 
 
-def not_running(path: Path, exc: OSError) -> DaemonNotRunning:
-    """The error for a socket nobody answers on."""
+def not_running(path: Path, exc: OSError, also: Sequence[Path] = ()) -> DaemonNotRunning:
+    """The error for a socket nobody answers on (and the other places looked at)."""
+    looked = f"; also looked at {', '.join(map(str, also))}" if also else ""
     return DaemonNotRunning(
-        f"recalld is not running (no daemon at {path}: {exc.strerror or exc}); "
-        "start it with `recalld serve`",
-        data={"socket": os.fspath(path)},
+        f"recalld is not running (no daemon at {path}: {exc.strerror or exc}{looked}); "
+        "start it with `recalld serve`, or set daemon.socket to where it listens",
+        data={"socket": os.fspath(path), "looked_at": [os.fspath(p) for p in (path, *also)]},
     )
 
 

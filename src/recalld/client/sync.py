@@ -58,6 +58,8 @@ class Client:
         socket_path: The daemon's socket (see `Client.from_env`).
         timeout: Seconds to wait for each message from the daemon (progress notifications
             count, so a long ingest that reports progress never times out).
+        fallbacks: Other sockets to try, in order, when nobody answers on `socket_path`
+            (`config.socket_candidates`); the first that answers is kept.
 
     Raises (from every method):
         DaemonNotRunning: Nothing answers on the socket.
@@ -65,9 +67,15 @@ class Client:
     """
 
     def __init__(
-        self, socket_path: str | os.PathLike[str], *, timeout: float | None = DEFAULT_TIMEOUT
+        self,
+        socket_path: str | os.PathLike[str],
+        *,
+        timeout: float | None = DEFAULT_TIMEOUT,
+        fallbacks: Sequence[str | os.PathLike[str]] = (),
     ) -> None:
         self.socket_path = Path(socket_path)
+        self.fallbacks = [Path(p) for p in fallbacks if Path(p) != self.socket_path]
+        self._places = [self.socket_path, *self.fallbacks]
         self.timeout = timeout
         self._sock: socket.socket | None = None
         self._file: IO[bytes] | None = None
@@ -104,15 +112,30 @@ class Client:
         if self._sock is not None and _closed_by_peer(self._sock):
             self.close()  # the daemon closes connections left idle; open a new one
         if self._sock is None or self._file is None:
-            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            sock.settimeout(self.timeout)
-            try:
-                sock.connect(os.fspath(self.socket_path))
-            except (FileNotFoundError, ConnectionRefusedError) as exc:
-                sock.close()
-                raise not_running(self.socket_path, exc) from None
+            first: OSError | None = None
+            for path in self._places:
+                opened = self._open(path)
+                if isinstance(opened, OSError):
+                    first = first or opened
+                    continue
+                # Elsewhere? The first place that answers is kept (issue 17).
+                self.socket_path, sock = path, opened
+                break
+            else:
+                assert first is not None
+                raise not_running(self._places[0], first, self._places[1:]) from None
             self._sock, self._file = sock, sock.makefile("rb")
         return self._sock, self._file
+
+    def _open(self, path: Path) -> socket.socket | OSError:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(os.fspath(path))
+        except (FileNotFoundError, ConnectionRefusedError) as exc:
+            sock.close()
+            return exc
+        return sock
 
     def call(
         self,

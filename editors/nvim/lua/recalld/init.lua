@@ -8,7 +8,7 @@
 --   :RecallStatus        the daemon's state, model and counts
 --
 -- Settings: vim.g.recalld_socket (the socket path; default as the daemon resolves it from
--- RECALLD_DAEMON__SOCKET, RECALLD_HOME or XDG_RUNTIME_DIR), vim.g.recalld_limit (hits, 20).
+-- RECALLD_DAEMON__SOCKET, RECALLD_HOME or the home folder), vim.g.recalld_limit (hits, 20).
 
 local uv = vim.uv or vim.loop
 local M = {}
@@ -38,9 +38,6 @@ function M.socket_path()
   end
   if env.RECALLD_HOME and env.RECALLD_HOME ~= "" then
     return env.RECALLD_HOME .. "/run/recalld.sock"
-  end
-  if env.XDG_RUNTIME_DIR and env.XDG_RUNTIME_DIR ~= "" then
-    return env.XDG_RUNTIME_DIR .. "/recalld/recalld.sock"
   end
   return vim.fn.expand("~/.cache/recalld/run/recalld.sock")
 end
