@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
@@ -21,6 +23,12 @@ from recalld.cli.templates import LAUNCHD_PLIST, SYSTEMD_UNIT
 
 LABEL = "dev.recalld"
 UNIT_NAME = "recalld.service"
+CARRIED_XDG = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME")
+URL_PASSWORD = re.compile(r"://[^/@\s:]*:[^/@\s]+@")
+# What systemctl says when there is no user manager to talk to.
+NO_BUS = re.compile(
+    r"connect to bus|DBUS_SESSION_BUS_ADDRESS|XDG_RUNTIME_DIR|No medium found", re.IGNORECASE
+)
 
 
 @click.command()
@@ -83,6 +91,9 @@ class ServiceFile:
     text: str
     enable: list[list[str]]
     disable: list[list[str]]
+    # What enabling creates beside the file (systemd's `.wants` link), removed by uninstall
+    # even when the service manager cannot be reached.
+    links: tuple[Path, ...] = ()
 
 
 def _command(config_file: Path | None, sets: tuple[str, ...]) -> list[str]:
@@ -94,14 +105,57 @@ def _command(config_file: Path | None, sets: tuple[str, ...]) -> list[str]:
     return command
 
 
+def carried_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """What the service must see of the installer's environment: every `RECALLD_*` variable
+    and the XDG base directories, which decide the store, config and socket (issue 17).
+
+    Raises:
+        click.ClickException: A value holds a password (a database URL with one); it would be
+            written into the service file.
+    """
+    carried = {k: v for k, v in sorted(env.items()) if k.startswith("RECALLD_") and v}
+    carried.update({k: env[k] for k in CARRIED_XDG if env.get(k)})
+    for name, value in carried.items():
+        if URL_PASSWORD.search(value):
+            raise click.ClickException(
+                f"{name} holds a password, which would be written into the service file; put "
+                "it in ~/.pgpass (or PGPASSWORD) instead, drop it from the URL and install again"
+            )
+    return carried
+
+
+def _systemd_environment(environment: Mapping[str, str]) -> str:
+    # systemd's quoting: double quotes with C escapes; `%` starts a specifier, so it is doubled.
+    lines = []
+    for name, value in environment.items():
+        quoted = value.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+        lines.append(f'Environment="{name}={quoted}"\n')
+    return "".join(lines)
+
+
+def _launchd_environment(environment: Mapping[str, str]) -> str:
+    return "\n".join(
+        f"    <key>{escape(name)}</key>\n    <string>{escape(value)}</string>"
+        for name, value in environment.items()
+    )
+
+
 def render_service(
-    platform: str, home: Path, config_file: Path | None = None, sets: tuple[str, ...] = ()
+    platform: str,
+    home: Path,
+    config_file: Path | None = None,
+    sets: tuple[str, ...] = (),
+    environment: Mapping[str, str] | None = None,
 ) -> ServiceFile:
-    """The service file for `platform` (`linux` or `macos`) in `home`."""
+    """The service file for `platform` (`linux` or `macos`) in `home`, carrying `environment`
+    (see `carried_environment`)."""
     command = _command(config_file, sets)
+    environment = environment or {}
     if platform == "linux":
         path = home / ".config" / "systemd" / "user" / UNIT_NAME
-        text = Template(SYSTEMD_UNIT).substitute(arguments=shlex.join(command))
+        text = Template(SYSTEMD_UNIT).substitute(
+            arguments=shlex.join(command), environment=_systemd_environment(environment)
+        )
         return ServiceFile(
             path,
             text,
@@ -113,12 +167,16 @@ def render_service(
                 ["systemctl", "--user", "disable", "--now", UNIT_NAME],
                 ["systemctl", "--user", "daemon-reload"],
             ],
+            links=(path.parent / "default.target.wants" / UNIT_NAME,),
         )
     path = home / "Library" / "LaunchAgents" / f"{LABEL}.plist"
     arguments = "\n".join(f"    <string>{escape(a)}</string>" for a in command)
     log = home / "Library" / "Logs" / "recalld.log"
     text = Template(LAUNCHD_PLIST).substitute(
-        label=LABEL, arguments=arguments, log=escape(os.fspath(log))
+        label=LABEL,
+        arguments=arguments,
+        log=escape(os.fspath(log)),
+        environment=_launchd_environment(environment),
     )
     return ServiceFile(
         path,
@@ -142,6 +200,11 @@ def _platform(value: str | None) -> str:
 
 
 def _run(commands: list[list[str]]) -> None:
+    """Run the service manager's commands.
+
+    Raises:
+        click.ClickException: One is missing or fails; a missing user bus is explained.
+    """
     for command in commands:
         if shutil.which(command[0]) is None:
             raise click.ClickException(
@@ -149,9 +212,16 @@ def _run(commands: list[list[str]]) -> None:
             )
         done = subprocess.run(command, check=False, capture_output=True, text=True)
         if done.returncode != 0:
-            raise click.ClickException(
-                f"{shlex.join(command)} failed: {done.stderr.strip() or done.returncode}"
-            )
+            detail = done.stderr.strip() or str(done.returncode)
+            if command[:2] == ["systemctl", "--user"] and NO_BUS.search(detail):
+                raise click.ClickException(
+                    f"{shlex.join(command)} failed: {detail}. There is no systemd user "
+                    "session here (typical under su, sudo, cron or some ssh and container "
+                    "setups): log in as this user directly, or have root run `loginctl "
+                    "enable-linger $USER` and use `machinectl shell $USER@`, then run the "
+                    "command again"
+                )
+            raise click.ClickException(f"{shlex.join(command)} failed: {detail}")
 
 
 @click.group()
@@ -179,14 +249,19 @@ def install(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Write the service file and enable it (starts the daemon now and at login)."""
-    rendered = render_service(_platform(platform), Path.home(), config_file, sets)
+    """Write the service file and enable it (starts the daemon now and at login).
+
+    The service gets this shell's RECALLD_* variables (RECALLD_HOME above all) and XDG base
+    directories, so it uses the same store, config and socket."""
+    environment = carried_environment(os.environ)
+    rendered = render_service(_platform(platform), Path.home(), config_file, sets, environment)
     if as_json:
         print_json(
             {
                 "path": os.fspath(rendered.path),
                 "text": rendered.text,
                 "commands": [shlex.join(c) for c in rendered.enable],
+                "environment": sorted(environment),
                 "dry_run": dry_run,
             }
         )
@@ -198,10 +273,21 @@ def install(
     if dry_run:
         return
     rendered.path.parent.mkdir(parents=True, exist_ok=True)
+    # 0600: the file carries the installer's settings (paths, the socket, model endpoints).
+    rendered.path.touch(mode=0o600)
+    rendered.path.chmod(0o600)
     rendered.path.write_text(rendered.text, "utf-8")
-    _run(rendered.enable)
+    try:
+        _run(rendered.enable)
+    except click.ClickException as exc:
+        raise click.ClickException(
+            f"{exc.message}. {rendered.path} is written; enable it then with "
+            f"`{shlex.join(rendered.enable[-1])}`, or remove it with `recalld service uninstall`"
+        ) from None
     if not as_json:
         click.echo(f"Installed {rendered.path} and started recalld.")
+        if environment:
+            click.echo(f"It runs with {', '.join(environment)} as set here.")
 
 
 @service.command("uninstall")
@@ -225,8 +311,18 @@ def uninstall(platform: str | None, dry_run: bool, as_json: bool) -> None:
         click.echo(f"# would remove {rendered.path}")
     if dry_run:
         return
+    stopped: click.ClickException | None = None
     if rendered.path.exists():
-        _run(rendered.disable)
-        rendered.path.unlink()
+        try:
+            _run(rendered.disable)
+        except click.ClickException as exc:
+            stopped = exc  # the files go anyway: uninstall removes what install wrote
+    for leftover in (rendered.path, *rendered.links):
+        if leftover.is_symlink() or leftover.exists():
+            leftover.unlink()
     if not as_json:
         click.echo(f"Removed {rendered.path}.")
+    if stopped is not None:
+        raise click.ClickException(
+            f"removed the service files, but could not stop the service: {stopped.message}"
+        )

@@ -1,7 +1,9 @@
 """Service file templates for `recalld service install`.
 
 The same text lives in the repository's `config/` folder for people who install by hand; a test
-keeps the two identical. `$arguments` is the command line, already quoted for the format.
+keeps the two identical. `$arguments` is the command line, already quoted for the format;
+`$environment` the installer's `RECALLD_*` (and XDG base directory) variables, so the service
+uses the store, socket and config of the shell that installed it.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ RestartPreventExitStatus=3
 KillSignal=SIGTERM
 TimeoutStopSec=30
 Environment=PYTHONUNBUFFERED=1
-
+$environment
 [Install]
 WantedBy=default.target
 """
@@ -53,6 +55,10 @@ $arguments
   <string>Background</string>
   <key>StandardErrorPath</key>
   <string>$log</string>
+  <key>EnvironmentVariables</key>
+  <dict>
+$environment
+  </dict>
 </dict>
 </plist>
 """
