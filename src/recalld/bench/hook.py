@@ -12,6 +12,10 @@ a shared machine hits them alike, and their wall-clock medians are reported:
 - `down`: a prompt payload with no daemon on the socket;
 - `cli`: `recalld --version`, the click command line's start-up, for comparison.
 
+Besides wall-clock time it reports each process's CPU time (user + system, from the children's
+rusage), which a loaded machine inflates far less, and the daemon's own answer time for the
+`context` call over an open connection.
+
 The target (issue 21) is a `start` median of at most 100 ms on two cores.
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -77,10 +82,17 @@ def _seed(client: Client, project: Path, count: int) -> None:
             )
 
 
-def _time(argv: list[str], payload: bytes | None, env: dict[str, str]) -> tuple[float, bytes]:
+def _time(
+    argv: list[str], payload: bytes | None, env: dict[str, str]
+) -> tuple[float, float, bytes]:
+    """Wall-clock and CPU (user + system) milliseconds of one process, and its stdout."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run(argv, input=payload, capture_output=True, env=env, check=False)
-    return (time.perf_counter() - started) * 1000, proc.stdout
+    wall = (time.perf_counter() - started) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
+    return wall, cpu, proc.stdout
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -122,9 +134,8 @@ def main(argv: list[str] | None = None) -> None:
 
         hook = [*program, "context", "--host", "claude", "--socket", str(socket)]
         down = [*program, "context", "--host", "claude", "--socket", str(work / "none.sock")]
-        prompt = payload(
-            "UserPromptSubmit", prompt="how many times does the billing service retry webhooks"
-        )
+        prompt_text = "how many times does the billing service retry webhooks"
+        prompt = payload("UserPromptSubmit", prompt=prompt_text)
         cases: dict[str, tuple[list[str], bytes | None]] = {
             "python": ([sys.executable, "-c", "pass"], None),
             "start": (hook, payload("SessionStart", source="startup")),
@@ -133,12 +144,22 @@ def main(argv: list[str] | None = None) -> None:
             "cli": ([*program, "--version"], None),
         }
         times: dict[str, list[float]] = {name: [] for name in cases}
+        cpu: dict[str, list[float]] = {name: [] for name in cases}
         outputs: dict[str, int] = {}
         for name, (cmd, data) in cases.items():  # warm the page cache once
-            outputs[name] = len(_time(cmd, data, env)[1])
+            outputs[name] = len(_time(cmd, data, env)[2])
         for _ in range(args.runs):
             for name, (cmd, data) in cases.items():
-                times[name].append(_time(cmd, data, env)[0])
+                wall, used, _ = _time(cmd, data, env)
+                times[name].append(wall)
+                cpu[name].append(used)
+        # The daemon's share: the `context` call alone, over one open connection.
+        answer: dict[str, list[float]] = {"start": [], "prompt": []}
+        for _ in range(args.runs):
+            for event, extra in (("start", {}), ("prompt", {"prompt": prompt_text})):
+                started = time.perf_counter()
+                client.call("context", {"event": event, "project": str(project), **extra})
+                answer[event].append((time.perf_counter() - started) * 1000)
     finally:
         client.close()
         daemon.terminate()
@@ -164,9 +185,11 @@ def main(argv: list[str] | None = None) -> None:
             }
             for name, values in times.items()
         },
+        "cpu_ms_median": {name: round(statistics.median(v), 1) for name, v in cpu.items()},
+        "daemon_answer_ms_median": {k: round(statistics.median(v), 1) for k, v in answer.items()},
     }
     path = write_report(args.results, "hook", report)
-    print(json.dumps(report["ms"], indent=2))
+    print(json.dumps({k: report[k] for k in ("ms", "cpu_ms_median", "daemon_answer_ms_median")}))
     print(f"outputs (bytes): {outputs}; load average {report['load_average']}; report: {path}")
 
 

@@ -223,6 +223,26 @@ def test_agent_jsonl_transcript() -> None:
     assert "User uses pytest 8." in [c.text for c in levels["fact"]]
 
 
+def test_gemini_cli_transcript() -> None:
+    # Gemini CLI's JSONL chat recording: a metadata line, then one record per message.
+    records = [
+        {"sessionId": "g-42", "projectHash": "ab12", "startTime": "2026-11-26T09:00:00.000Z"},
+        {"id": "m1", "timestamp": "2026-11-26T09:00:01.000Z", "type": "user",
+         "content": [{"text": "Why is the osprey build slow?"}]},
+        {"id": "m2", "timestamp": "2026-11-26T09:00:05.000Z", "type": "gemini",
+         "content": "The osprey build recompiles protobufs on every run."},
+        {"id": "m3", "timestamp": "2026-11-26T09:00:06.000Z", "type": "info", "content": "saved"},
+        {"$set": {"summary": "osprey build"}},
+    ]  # fmt: skip
+    result = chunk_file("session-2026.jsonl", "\n".join(json.dumps(r) for r in records).encode())
+    assert (result.kind, result.format) == ("conversation", "agent-jsonl")
+    levels = by_granularity(result.chunks)
+    [round_] = levels["round"]
+    assert "Why is the osprey build slow?" in round_.text
+    assert "recompiles protobufs" in round_.text and "saved" not in round_.text
+    assert round_.event_time == ts("2026-11-26T09:00:01")
+
+
 def chatgpt_export() -> list[dict[str, object]]:
     def node(
         nid: str, parent: str | None, children: list[str], role: str | None, text: str

@@ -1,11 +1,13 @@
 """The JSONL transcripts that coding agents write, one event per line.
 
-Two dialects are read. Claude Code style: `{type, message: {role, content}, uuid, sessionId,
+Three dialects are read. Claude Code style: `{type, message: {role, content}, uuid, sessionId,
 timestamp}`, where `content` is a string or a list of blocks. Codex CLI style: `{type:
 "response_item", payload: {type: "message", role, content}, timestamp}` with a `session_meta`
-event naming the session. Only text blocks are kept: tool calls, tool results and thinking
-are machine traffic, often huge, and a user event that carries only tool results is not a
-new question. Harness boilerplate (command echoes, environment context) is left out too.
+event naming the session. Gemini CLI style: a `{sessionId, projectHash}` line, then `{id,
+timestamp, type: "user" | "gemini" | ..., content}` records. Only text blocks are kept:
+tool calls, tool results and thinking are machine traffic, often huge, and a user event that
+carries only tool results is not a new question. Harness boilerplate (command echoes,
+environment context) is left out too.
 """
 
 from __future__ import annotations
@@ -43,14 +45,25 @@ def is_agent_event(obj: object) -> bool:
         return False
     if isinstance(obj.get("message"), Mapping):
         return "sessionId" in obj or "uuid" in obj or "timestamp" in obj
+    if obj["type"] in _GEMINI_ROLES:
+        return "id" in obj and "content" in obj
     payload = obj.get("payload")
     return isinstance(payload, Mapping) and "timestamp" in obj
+
+
+# Gemini CLI's chat recording (JSONL since 2026: a `{sessionId, projectHash, ...}` line, then
+# `{id, timestamp, type: user | gemini | info | error, content}` records; google-gemini/gemini-cli
+# packages/core/src/services/chatRecordingService.ts): its `type` is the speaker.
+_GEMINI_ROLES = {"user": "user", "gemini": "assistant"}
 
 
 def _message(event: Mapping[str, Any]) -> Mapping[str, Any] | None:
     message = event.get("message")
     if isinstance(message, Mapping):
         return message
+    role = _GEMINI_ROLES.get(str(event.get("type")))
+    if role is not None and "content" in event and "id" in event:
+        return {"role": role, "content": event["content"], "id": event["id"]}
     payload = event.get("payload")
     # Codex logs each message twice (response_item and event_msg); read one of them.
     if (
@@ -78,6 +91,9 @@ def parse_agent(events: Sequence[object], stem: str, skipped: Counter[str]) -> l
             continue
         if kind == "session_meta" and isinstance(payload, Mapping) and payload.get("id"):
             current = str(payload["id"])
+            continue
+        if kind is None and isinstance(event.get("sessionId"), str):
+            current = event["sessionId"]  # Gemini CLI's first line names the session
             continue
         message = _message(event)
         if message is None or event.get("isMeta"):
