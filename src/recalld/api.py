@@ -5,13 +5,20 @@
         result = await memory.search("how do I rotate the keys?")
 
 The daemon serves this same object over its socket; tests and benchmarks use it directly.
+
+Opened while a daemon runs on the same store, it says so (a warning, and `daemon_pid`) and
+works on: the store is one SQLite file in WAL mode, so each process sees the other's commits,
+and the daemon's in-memory vector index catches up with this process's writes before its next
+search (a change counter in the store, see `storage.vectors`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import os
 import threading
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
@@ -47,8 +54,33 @@ async def calibrate(embedder: Embedder) -> gate.Calibration:
     return _CALIBRATIONS[embedder.model_id]
 
 
+def daemon_pid(store_path: Path) -> str | None:
+    """The pid of another process's recalld daemon serving `store_path` (it holds the lock
+    file `daemon.server.StoreLock` keeps beside the store), or None. Blocking."""
+    lock = store_path.with_name(store_path.name + ".lock")
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+        return None if holder == str(os.getpid()) else holder
+    finally:
+        os.close(fd)  # closing drops a lock taken just now
+    return None
+
+
 class AsyncMemory:
-    """A recalld store opened in this process: ingest, remember, search, get, forget."""
+    """A recalld store opened in this process: ingest, remember, search, get, forget.
+
+    Attributes:
+        daemon_pid: The pid of a recalld daemon running on the same store when this opened,
+            or None. Both may write: each sees the other's commits (see the module docstring).
+    """
+
+    daemon_pid: str | None = None
 
     def __init__(
         self,
@@ -130,6 +162,17 @@ class AsyncMemory:
             embedder = await asyncio.to_thread(
                 load_embedder, spec, settings.model_cache_dir, settings.embed
             )
+        running = (
+            None if settings.store_url else await asyncio.to_thread(daemon_pid, settings.store_path)
+        )
+        if running is not None:
+            logger.warning(
+                "recalld is running on %s (pid %s): this process writes the same store; the "
+                "daemon sees its writes (its vector index catches up before its next search). "
+                "recalld.client.Client talks to the daemon instead.",
+                settings.store_path,
+                running,
+            )
         store = await Store.open(
             settings.store_location,
             model_id=embedder.model_id,
@@ -149,6 +192,7 @@ class AsyncMemory:
             raise
         memory = cls(settings, store, embedder, calibration, owns_embedder=owns_embedder)
         memory.searcher.tuning = tuning
+        memory.daemon_pid = running
         return memory
 
     async def __aenter__(self) -> AsyncMemory:
@@ -364,6 +408,7 @@ class Memory:
         self._thread.start()
         try:
             self._memory = self._run(AsyncMemory.open(settings, embedder=embedder))
+            self.daemon_pid = self._memory.daemon_pid  # see AsyncMemory
         except BaseException:
             self._stop()
             raise

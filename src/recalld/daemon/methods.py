@@ -344,10 +344,18 @@ async def admin_check(ctx: Context, params: Params, progress: Progress) -> Any:
     params.done()
     memory = ctx.memory
     if not fix:
-        return await asyncio.to_thread(check.check_store, memory.store.path)
-    return await repair.check_and_repair(
-        memory.store, memory.ingestor.embed, memory.add_file, memory.forget
-    )
+        report = await asyncio.to_thread(check.check_store, memory.store.path)
+    else:
+        if memory.store.backend == "sqlite":
+            await memory.store.check_vector_index()  # drops a stale in-memory index
+        report = await repair.check_and_repair(
+            memory.store, memory.ingestor.embed, memory.add_file, memory.forget
+        )
+    if memory.store.backend != "sqlite":
+        return report
+    # The daemon's in-memory vector index, which the file checks cannot see.
+    found = await memory.store.check_vector_index()
+    return check.with_check(report, check.vector_index_result(found))
 
 
 async def config_show(ctx: Context, params: Params, progress: Progress) -> Any:

@@ -300,6 +300,28 @@ def _report(
     }
 
 
+def vector_index_result(found: tuple[int, int] | None) -> dict[str, Any]:
+    """The `vector_index_memory` check of a running daemon: its in-memory vector index against the
+    store's rows (`Store.check_vector_index`; `found` is `(missing, extra)` or None)."""
+    if found is None:
+        return _result("vector_index_memory", 0, "not loaded (it loads on the first search)")
+    missing, extra = found
+    if missing or extra:
+        return _result(
+            "vector_index_memory",
+            missing + extra,
+            f"the in-memory vector index misses {missing} rows and holds {extra} gone ones "
+            "(another process wrote the store since it loaded); dropped, the next search "
+            "reloads it",
+        )
+    return _result("vector_index_memory", 0, "matches the store")
+
+
+def with_check(report: dict[str, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """`report` with one more check (and `ok` updated)."""
+    return {**report, "ok": report["ok"] and result["ok"], "checks": [*report["checks"], result]}
+
+
 def failed(report: dict[str, Any]) -> set[str]:
     """The names of the checks that failed in a `check_store` report."""
     return {c["name"] for c in report["checks"] if not c["ok"]}

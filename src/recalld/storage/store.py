@@ -172,6 +172,7 @@ class Store:
         # The vector cascade's in-memory mirror; readers.knn and the writer find it by
         # connection, and write() applies the writer's staged changes after each COMMIT.
         self.vectors = vectors.VectorIndex(dimension, self._write_lock)
+        self.vectors.on_foreign = self._foreign_write
         # A reindex swaps the model (storage/reindex.py): `model_version` counts the swaps and
         # `switching` is set from just before the swap's COMMIT until the process has switched
         # its embedder, so a search or ingest that overlapped it knows to start again.
@@ -330,6 +331,8 @@ class Store:
         await self._writer.execute("BEGIN IMMEDIATE")
         try:
             result = await fn(self._writer)
+            if self.vectors.staged:  # in the same transaction: other processes see it
+                self.vectors.expect(await vectors.bump_changes(self._writer))
             await self._writer.execute("COMMIT")
         except BaseException:
             self.vectors.rollback()
@@ -341,6 +344,16 @@ class Store:
         self.vectors.commit()
         self.generation += 1
         return result
+
+    def _foreign_write(self) -> None:
+        # Another process wrote: caches that follow `generation` (IDF) refresh too.
+        self.generation += 1
+
+    async def check_vector_index(self) -> tuple[int, int] | None:
+        """`(missing, extra)` rows of the in-memory vector index against the store, or None
+        when it is not loaded; one that differs is dropped and reloads on the next search."""
+        async with self.reading() as conn:
+            return await self.vectors.verify(conn)
 
     async def check_files(self) -> None:
         """Check that the store's files are still the ones open (the daemon's watchdog calls

@@ -22,6 +22,12 @@ after COMMIT (dropped on ROLLBACK). A search holds references to the arrays it s
 appends go past its `size` and compaction builds new arrays, so a concurrent write never
 changes what a running search reads, and the final SQLite step only returns rows that exist
 in the reader's snapshot.
+
+Other processes (the in-process `recalld.api.Memory` while the daemon runs) write the same
+file. Every commit that changes vectors also bumps a counter in `meta` (`CHANGES_KEY`), in the
+same transaction; the mirror remembers the value it reflects. A commit of this process that
+finds the counter moved by more than its own step, or a search that finds it ahead, means
+another process wrote vectors: the mirror is dropped and reloads whole on the next search.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import asyncio
 import json
 import logging
 import weakref
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +60,13 @@ CREATE TABLE vector_floats (
     embedding BLOB NOT NULL
 );
 """
+
+# Commits that changed vectors, by any process (see the module docstring).
+CHANGES_KEY = "vector_changes"
+_BUMP_CHANGES = (
+    "INSERT INTO meta (key, value) VALUES (?, '1') ON CONFLICT (key) DO UPDATE "
+    "SET value = CAST(value AS INTEGER) + 1 RETURNING CAST(value AS INTEGER)"
+)
 
 _BYTE_BITS = np.unpackbits(np.arange(256, dtype=np.uint8)[:, None], axis=1, bitorder="little")
 _LOAD_BATCH = 50_000
@@ -160,6 +173,11 @@ class VectorIndex:
         self._max_id = -1  # new rowids are usually above it, so they need no delete pass
         self._pending: list[Change] = []
         self._vocab: dict[str, int] = {}
+        # The store's change counter as the mirror reflects it (-1: not known yet), the value
+        # the open transaction commits, and who to tell when another process wrote.
+        self.changes = -1
+        self._expected = -1
+        self.on_foreign: Callable[[], None] | None = None
 
     @property
     def loaded(self) -> bool:
@@ -190,9 +208,27 @@ class VectorIndex:
         """Record a change made in the open transaction (`upsert`, `delete` or `reload`)."""
         self._pending.append(change)
 
+    @property
+    def staged(self) -> bool:
+        """Whether the open transaction changed vectors (and so must bump the counter)."""
+        return bool(self._pending)
+
+    def expect(self, changes: int) -> None:
+        """The open transaction bumped the change counter to `changes`."""
+        self._expected = changes
+
     def commit(self) -> None:
         """The transaction committed: apply what it staged."""
         pending, self._pending = self._pending, []
+        committed, self._expected = self._expected, -1
+        foreign = committed >= 0 and self.changes >= 0 and committed != self.changes + 1
+        if committed >= 0:
+            self.changes = committed
+        self._apply(pending)
+        if foreign:
+            self._stale("a commit found vectors written by another process")
+
+    def _apply(self, pending: list[Change]) -> None:
         for op, payload in pending:
             if op == "reload":
                 # A reindex may have changed the dimension (storage/reindex.py `swap`).
@@ -213,6 +249,40 @@ class VectorIndex:
     def rollback(self) -> None:
         """The transaction rolled back: forget what it staged."""
         self._pending = []
+        self._expected = -1
+
+    def _stale(self, why: str) -> None:
+        if self._arrays is not None:
+            logger.info("%s; the vector index reloads on the next search", why)
+            self._unload()
+        if self.on_foreign is not None:
+            self.on_foreign()
+
+    async def catch_up(self, conn: Any) -> None:
+        """Drop a loaded mirror that another process's commits left behind (read on a reader
+        connection; one point query)."""
+        if self._arrays is None:
+            return
+        changes = await read_changes(conn)
+        if changes > max(self.changes, self._expected):
+            self._stale(f"another process changed vectors ({changes - self.changes} commits)")
+
+    async def verify(self, conn: Any) -> tuple[int, int] | None:
+        """`(missing, extra)`: rows of `vector_codes` the loaded mirror lacks and rows it holds
+        that are gone; None when it is not loaded. A mirror that differs is dropped."""
+        async with self._write_lock:
+            a = self._arrays
+            if a is None:
+                return None
+            async with conn.execute("SELECT chunk_id FROM vector_codes") as cursor:
+                rows = await cursor.fetchall()
+            table = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=len(rows))
+            mirror = a.ids[: a.size][a.alive[: a.size]]
+            missing = int(np.setdiff1d(table, mirror).size)
+            extra = int(np.setdiff1d(mirror, table).size)
+            if missing or extra:
+                self._stale(f"the vector index misses {missing} rows and holds {extra} extra")
+            return missing, extra
 
     def _set_dimension(self, dimension: int) -> None:
         self.dimension = dimension
@@ -292,6 +362,8 @@ class VectorIndex:
         async with self._write_lock:
             if self._arrays is not None:
                 return
+            # Read first: a commit slipping in after it is caught up on the next search.
+            self.changes = await read_changes(conn)
             async with conn.execute("SELECT count(*) FROM vector_codes") as cursor:
                 total = int((await cursor.fetchone())[0])
             # Rows arrive in batches straight into the arrays: no million-item Python lists.
@@ -446,6 +518,20 @@ def index_of(conn: Any) -> VectorIndex | None:
     return _READERS.get(conn)
 
 
+async def read_changes(conn: Any) -> int:
+    """The store's vector change counter (0 before the first change)."""
+    async with conn.execute("SELECT value FROM meta WHERE key = ?", (CHANGES_KEY,)) as cursor:
+        row = await cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+async def bump_changes(conn: Any) -> int:
+    """Bump the counter inside the writer's open transaction; returns its new value."""
+    async with conn.execute(_BUMP_CHANGES, (CHANGES_KEY,)) as cursor:
+        row = await cursor.fetchone()
+    return int(row[0])
+
+
 async def insert(
     conn: Any, rows: Sequence[tuple[int, FloatArray, str, str]], dimension: int
 ) -> None:
@@ -562,6 +648,7 @@ async def search(
     Returns:
         None when the exact path should answer instead (a small store).
     """
+    await index.catch_up(conn)
     await index.ensure_loaded(conn)
     if not index.use_for(kinds, granularities):
         return None
