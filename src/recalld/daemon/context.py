@@ -8,8 +8,8 @@
   from tau to the calibrated "high" similarity. An unrelated prompt gets nothing. A memory
   already given to the session is not given again.
 - `stop` (a turn or session ended): the transcript becomes a conversation source recorded
-  under the project. It is ingested in the background, one capture per transcript at a time
-  (a stop that arrives meanwhile runs once more afterwards), and like any file it is
+  under the project. It is ingested as a job (`recalld jobs`), one per transcript at a time (a
+  stop that arrives meanwhile makes it read the file once more), and like any file it is
   re-ingested incrementally, so a session is stored once however often it stops.
 
 A project is a folder path (`recalld.projects`); with one, only that project's documents and
@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from recalld.daemon.jobs import Job, Work
 from recalld.daemon.params import InvalidParams, Params
 from recalld.projects import elsewhere
 from recalld.storage import projects
@@ -60,7 +61,7 @@ class AgentSessions:
     captures under way."""
 
     given: OrderedDict[str, set[int]] = field(default_factory=OrderedDict)
-    captures: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    captures: dict[str, Job] = field(default_factory=dict)
     again: set[str] = field(default_factory=set)
 
     def seen(self, session: str | None) -> set[int]:
@@ -191,40 +192,48 @@ def _result(
     }
 
 
-async def _capture(ctx: Context, path: Path, project: str | None) -> None:
-    """Ingest one transcript; reruns once if another stop came in meanwhile."""
+def _capture_work(ctx: Context, path: Path, project: str | None) -> Work:
+    """The job that ingests one transcript; it reads the file once more if another stop came
+    in meanwhile."""
     key = os.fspath(path)
     sessions: AgentSessions = ctx.agents
-    try:
-        while True:
-            sessions.again.discard(key)
-            await ctx.memory.store.write(partial(projects.set_project, source=key, project=project))
-            report = await ctx.scheduler.ingest_now(path)
-            if report.failed:
-                logger.warning("capturing %s failed: %s", key, report.errors[:1])
-            if key not in sessions.again:
-                return
-    except Exception:
-        logger.warning("capturing %s failed", key, exc_info=True)
-    finally:
-        sessions.captures.pop(key, None)
+
+    async def work(report: Progress) -> dict[str, Any]:
+        reads = 0
+        try:
+            while True:
+                sessions.again.discard(key)
+                await ctx.memory.store.write(
+                    partial(projects.set_project, source=key, project=project)
+                )
+                last = (await ctx.scheduler.ingest_now(path, report)).as_dict()
+                reads += 1
+                if key not in sessions.again:
+                    return {**last, "reads": reads, "project": project}
+        finally:
+            sessions.captures.pop(key, None)
+
+    return work
 
 
-def _stop(ctx: Context, transcript: str | None, project: str | None) -> dict[str, Any]:
+async def _stop(ctx: Context, transcript: str | None, project: str | None) -> dict[str, Any]:
     if not transcript:
         return {"event": "stop", "captured": None}
     path = Path(transcript)
     if not path.is_absolute():
         raise InvalidParams("param 'transcript_path' must be an absolute path", "transcript_path")
-    if not path.is_file():
+    if not await asyncio.to_thread(path.is_file):
         return {"event": "stop", "captured": None, "reason": "no such file"}
     key = os.fspath(path)
     sessions: AgentSessions = ctx.agents
-    if key in sessions.captures:
+    running = sessions.captures.get(key)
+    if running is not None:
         sessions.again.add(key)  # the running capture reads the file once more when done
+        job = running
     else:
-        sessions.captures[key] = asyncio.ensure_future(_capture(ctx, path, project))
-    return {"event": "stop", "captured": key, "project": project}
+        job = ctx.jobs.start("capture", key, _capture_work(ctx, path, project))
+        sessions.captures[key] = job
+    return {"event": "stop", "captured": key, "project": project, "job": job.id}
 
 
 async def context(ctx: Context, params: Params, progress: Progress) -> Any:
@@ -240,7 +249,7 @@ async def context(ctx: Context, params: Params, progress: Progress) -> Any:
     transcript = params.string("transcript_path", None, blank=True)
     params.done()
     if event == "stop":
-        return _stop(ctx, transcript, project)
+        return await _stop(ctx, transcript, project)
     if budget == 0:
         return {"event": event, "text": "", "tokens": 0, "budget_tokens": 0, "items": []}
     seen = ctx.agents.seen(session)
