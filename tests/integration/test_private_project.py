@@ -86,7 +86,7 @@ def assert_nothing_secret(hits: list[dict[str, Any]], query: str) -> None:
             assert value not in json.dumps(hit.get("meta", {})), (query, hit["source"])
 
 
-def cli(daemon: Daemon, *args: str) -> dict[str, Any]:
+def cli(daemon: Daemon, *args: str) -> Any:
     out = subprocess.run(
         [sys.executable, "-m", "recalld", *args, "--json"],
         env=daemon.env,
@@ -94,8 +94,7 @@ def cli(daemon: Daemon, *args: str) -> dict[str, Any]:
         text=True,
         check=True,
     ).stdout
-    result: dict[str, Any] = json.loads(out)
-    return result
+    return json.loads(out)
 
 
 async def test_a_project_folder_gives_nothing_secret_away(
@@ -117,7 +116,7 @@ async def test_a_project_folder_gives_nothing_secret_away(
         # Only the notes, the code and the ignore file went in.
         assert stored <= {"notes.md", "deploy/settings.py", ".gitignore"}, stored
         assert status["counts"]["documents"] == 3, status["counts"]
-        assert status["privacy"]["redacted_chunks"] >= 1
+        assert status["redacted_chunks"] >= 1
 
         for query in QUERIES:
             result = cli(daemon, "search", query, "--limit", "20")
@@ -151,6 +150,72 @@ async def test_a_project_folder_gives_nothing_secret_away(
                     assert all(value not in block.model_dump_json() for block in result.content)
             mcp_status = await session.call_tool("status", {})
             assert isinstance(mcp_status.structured_content, dict)
-            assert mcp_status.structured_content["privacy"]["redacted_chunks"] >= 1
+            assert mcp_status.structured_content["redacted_chunks"] >= 1
     finally:
         assert daemon.stop() == 0
+
+
+def test_unsupported_files_are_skipped_not_errors(
+    make_daemon: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    """`.gz`, images, `.so`, `.whl`, `.sqlite` and an ELF binary: skipped by type in `ingest`,
+    `status` and `sources list`, not in `errors`, `ingest` exits 0, a restart tries none again."""
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "notes.md").write_text("The heron nests by the mill pond.\n")
+    for name, head in (
+        ("logs.gz", b"\x1f\x8b\x08\x00"),
+        ("photo.png", b"\x89PNG\r\n\x1a\n"),
+        ("libfoo.so", b"\x7fELF\x02\x01\x01"),
+        ("pkg-1.0-py3-none-any.whl", b"PK\x03\x04"),
+        ("cache.sqlite", b"SQLite format 3\x00"),
+        ("a.out", b"\x7fELF\x02\x01\x01\x00"),
+        ("tool", b"\x7fELF\x02\x01\x01\x00"),
+    ):
+        (folder / name).write_bytes(head + bytes(range(256)) * 8)
+    daemon = make_daemon()
+    daemon.start()
+    daemon.wait_ready()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "recalld", "ingest", str(folder)],
+            env=daemon.env,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "1 ingested" in done.stdout and "7 skipped" in done.stdout, done.stdout
+        report = cli(daemon, "ingest", str(folder))  # again: all unchanged or skipped
+        assert report["failed"] == 0 and report["skipped"] == 7 and report["ingested"] == 0
+        assert report["skipped_types"] == {
+            ".gz": 1,
+            ".png": 1,
+            ".so": 1,
+            ".whl": 1,
+            ".sqlite": 1,
+            ".out": 1,
+            "binary": 1,
+        }
+        assert cli(daemon, "errors") == []
+        status = cli(daemon, "status")
+        assert status["errors"] == 0 and sum(status["skipped"].values()) == 7
+        text = subprocess.run(
+            [sys.executable, "-m", "recalld", "status"],
+            env=daemon.env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        assert "7 unsupported files" in text
+        # Watched: the source's counts say so, and a restart looks at none of them again.
+        cli(daemon, "sources", "add", str(folder))
+        daemon.wait_for(lambda s: s["pending"] == 0)
+        listed = {s["path"]: s for s in cli(daemon, "sources", "list")}
+        assert sum(listed[str(folder.resolve())]["skipped"].values()) == 7
+        assert daemon.stop() == 0
+        daemon.start()
+        daemon.wait_ready()
+        after = daemon.wait_for(lambda s: s["pending"] == 0)
+        assert after["ingested"]["files"] == 0 and after["errors"] == 0
+    finally:
+        daemon.stop()

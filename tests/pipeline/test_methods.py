@@ -111,13 +111,15 @@ async def test_ingest_failures_are_recorded_not_fatal(
     folder = tmp_path / "mixed"
     folder.mkdir()
     (folder / "good.md").write_text("A perfectly fine note about tulips.\n")
-    (folder / "bad.bin").write_bytes(bytes(range(256)) * 4)
+    (folder / "bad.md").write_bytes(bytes(range(256)) * 4)  # binary under a text name
+    (folder / "blob.bin").write_bytes(bytes(range(256)) * 4)  # a type recalld does not read
     async with daemon.client() as client:
         report = await client.ingest(folder)
-        assert report["files"] == 2 and report["ingested"] == 1 and report["failed"] == 1
-        assert report["errors"][0]["path"] == str(folder / "bad.bin")
+        assert report["files"] == 3 and report["ingested"] == 1 and report["failed"] == 1
+        assert report["skipped"] == 1 and report["skipped_types"] == {".bin": 1}
+        assert report["errors"][0]["path"] == str(folder / "bad.md")
         errors = await client.errors()
-        assert [e["source"] for e in errors] == [str(folder / "bad.bin")]
+        assert [e["source"] for e in errors] == [str(folder / "bad.md")]
         assert (await client.status())["errors"] == 1
 
 

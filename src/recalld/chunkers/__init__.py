@@ -16,7 +16,7 @@ rounds, and pass its facts to `conversation_chunks`.
 from __future__ import annotations
 
 from recalld.chunkers.conversation import conversation_chunks
-from recalld.chunkers.files import chunk_file
+from recalld.chunkers.files import chunk_file, unsupported_type
 from recalld.chunkers.formats import parse_conversations
 from recalld.chunkers.formats.model import Conversation, Round, Session, Turn
 from recalld.chunkers.options import (
@@ -38,4 +38,5 @@ __all__ = [
     "chunk_file",
     "conversation_chunks",
     "parse_conversations",
+    "unsupported_type",
 ]

@@ -109,11 +109,23 @@ def _shebang_language(first_line: str) -> str | None:
 
 
 def _unsupported(name: str, reason: str) -> UnsupportedFormatError:
+    ext = os.path.splitext(os.path.basename(name))[1].lower()
     return UnsupportedFormatError(
         f"{name}: {reason}; recalld reads text, Markdown, code, PDF, Office documents and "
         "conversation logs; exclude this file from the watched folders",
-        data={"path": name, "reason": reason},
+        data={"path": name, "reason": reason, "file_type": ext or "binary"},
     )
+
+
+def unsupported_type(name: str) -> str | None:
+    """The extension of a file no chunker takes (`.gz`, `.png`), known from its name alone;
+    None when it may be supported (files without an extension are only known once read)."""
+    base = os.path.basename(name)
+    ext = os.path.splitext(base)[1].lower()
+    if not ext or base in _CODE_NAMES:
+        return None
+    known = ext in DOCUMENT_FORMATS or ext in CODE_EXTENSIONS or ext in TEXT_EXTENSIONS
+    return None if known or ext in JSON_EXTENSIONS else ext
 
 
 def _empty(kind: str, fmt: str, notes: list[str]) -> ChunkedSource:

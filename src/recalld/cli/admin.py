@@ -68,7 +68,7 @@ def status(client: Client, as_json: bool) -> None:
                 ("documents", counts["documents"]),
                 ("chunks", counts["chunks"]),
                 ("errors", info["errors"]),
-                *_privacy_rows(info.get("privacy")),
+                *_privacy_rows(info),
                 ("fusion", fusion_line(info.get("calibration"), info.get("self_tune", False))),
                 (
                     "pending",
@@ -126,15 +126,15 @@ def calibrate(client: Client, as_json: bool) -> None:
     emit(tuning, as_json, render)
 
 
-def _privacy_rows(privacy: dict[str, Any] | None) -> list[tuple[str, Any]]:
+def _privacy_rows(info: dict[str, Any]) -> list[tuple[str, Any]]:
     """Redacted chunks and skipped files, when there are any."""
-    if not privacy:
-        return []
     rows: list[tuple[str, Any]] = []
-    if privacy.get("redacted_chunks"):
-        rows.append(("redacted", f"{privacy['redacted_chunks']} chunks held secrets"))
-    if skipped := privacy.get("skipped"):
-        by_type = ", ".join(f"{t} {n}" for t, n in sorted(skipped.items(), key=lambda x: -x[1]))
+    if info.get("redacted_chunks"):
+        rows.append(("redacted", f"{info['redacted_chunks']} chunks held secrets"))
+    if skipped := info.get("skipped"):
+        by_type = ", ".join(
+            f"{t} {n}" for t, n in sorted(skipped.items(), key=lambda x: (-x[1], x[0]))
+        )
         rows.append(("skipped", f"{sum(skipped.values())} unsupported files ({by_type})"))
     return rows
 

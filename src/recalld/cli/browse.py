@@ -39,7 +39,7 @@ def _rows(what: str, items: list[dict[str, Any]]) -> tuple[list[str], list[tuple
 
 def source_rows(items: list[dict[str, Any]]) -> tuple[list[str], list[tuple[Any, ...]]]:
     """The columns of a sources table (`list sources`, `sources list`)."""
-    return ["path", "kind", "origin", "docs", "chunks", "errors", "last scan"], [
+    return ["path", "kind", "origin", "docs", "chunks", "errors", "skipped", "last scan"], [
         (
             s["path"],
             s["kind"],
@@ -47,6 +47,7 @@ def source_rows(items: list[dict[str, Any]]) -> tuple[list[str], list[tuple[Any,
             s["documents"],
             s["chunks"],
             s["errors"],
+            sum(s.get("skipped", {}).values()),
             when(s.get("last_scan")) if s.get("last_scan") else ("-" if s["exists"] else "MISSING"),
         )
         for s in items

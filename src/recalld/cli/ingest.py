@@ -20,12 +20,20 @@ SOURCE_KINDS = ("auto", "documents", "code", "conversations")
 
 def _summary(report: dict[str, Any]) -> str:
     refused = f", {report['refused']} refused" if report.get("refused") else ""
+    skipped = ""
+    if report.get("skipped"):
+        skipped = f", {report['skipped']} skipped ({_types(report.get('skipped_types', {}))})"
     return (
         f"{report['files']} files: {report['ingested']} ingested, "
         f"{report['unchanged']} unchanged, {report['empty']} empty, "
-        f"{report['failed']} failed{refused}; {report['chunks']} chunks "
+        f"{report['failed']} failed{refused}{skipped}; {report['chunks']} chunks "
         f"({report['embedded']} embedded)"
     )
+
+
+def _types(counts: dict[str, int]) -> str:
+    """`{".gz": 3, ".so": 1}` as `.gz 3, .so 1`, the commonest first."""
+    return ", ".join(f"{t} {n}" for t, n in sorted(counts.items(), key=lambda x: (-x[1], x[0])))
 
 
 _EXCLUDE_HELP = "Leave out files matching this gitignore-style pattern (repeatable)."
@@ -58,7 +66,8 @@ def ingest(
 
     The daemon runs it as a job and this command follows it (files and chunks done, rate,
     ETA, current file); the job goes on whatever happens to this command. Ctrl-C asks whether
-    to cancel it or leave it running. Exits 1 if any file failed, 130 on Ctrl-C."""
+    to cancel it or leave it running. Files of a type recalld does not read are skipped, not
+    failed. Exits 1 if any file failed or was refused, 130 on Ctrl-C."""
     job = client.start_ingest(path, exclude=exclude, allow_secrets=allow_secrets)
     if detach:
         emit(

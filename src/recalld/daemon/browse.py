@@ -35,6 +35,8 @@ async def sources_with_counts(ctx: Context) -> list[dict[str, Any]]:
         folder = os.fspath(source.path)
         counts = await ctx.memory.store.read(partial(listing.source_counts, folder=folder))
         row = {**source_dict(source), **counts}
+        prefix = folder.rstrip(os.sep) + os.sep
+        row["skipped"] = await ctx.memory.store.read(partial(readers.skipped_files, prefix=prefix))
         row["last_scan"] = ctx.scheduler.last_scan.get(source.path)
         out.append(row)
     return out

@@ -36,7 +36,7 @@ from recalld.chunkers.options import KeyMaker
 from recalld.chunkers.secrets import mark_redactions, redact
 from recalld.config import ChunkSettings, LinkSettings, PrivacySettings
 from recalld.embeddings.base import Embedder
-from recalld.errors import IngestError, NotFoundError, RecalldError
+from recalld.errors import IngestError, NotFoundError, RecalldError, UnsupportedFormatError
 from recalld.ingest.autolink import AutoLinker
 from recalld.ingest.facts_llm import LLMFactExtractor
 from recalld.ingest.supersede_llm import LLMSupersessionDetector
@@ -55,11 +55,12 @@ class IngestReport:
     """What one ingest did."""
 
     source: str
-    status: str  # "ingested" | "unchanged" | "empty"
+    status: str  # "ingested" | "unchanged" | "empty" | "skipped" (no chunker takes it)
     document_id: int | None = None
     chunks: int = 0
     embedded: int = 0
     notes: list[str] = field(default_factory=list)
+    skipped_type: str = ""  # for "skipped": the file type no chunker takes
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +70,18 @@ class _Prepared:
     parsed: ChunkedSource
     mtime: float | None
     size: int | None
+
+
+SKIPPED = "skipped"  # the kind of a document recorded for a file no chunker takes
+
+
+def _skipped(source: str, file_type: str, mtime: float | None, size: int | None) -> _Prepared:
+    """A file no chunker takes, as a document without chunks: its format is the file type, and
+    its stored mtime and size keep scans from trying it again until it changes."""
+    note = f"skipped: recalld does not read {file_type} files"
+    parsed = ChunkedSource(SKIPPED, file_type, [], [note])
+    # A hash no content has, so a rename is never matched to a skipped file.
+    return _Prepared(source, f"{SKIPPED}:{file_type}", parsed, mtime, size)
 
 
 def content_hash(data: bytes) -> str:
@@ -259,6 +272,11 @@ class Ingestor:
                 parsed = await asyncio.to_thread(chunk_file, name, data, options)
                 if self.facts is not None and parsed.kind == "conversation":
                     parsed = await self._with_llm_facts(name, data, parsed, self.facts, options)
+            except UnsupportedFormatError as exc:
+                # Not an error (issue 16): recorded as skipped, not retried until it changes.
+                skipped = _skipped(source, exc.data.get("file_type", "binary"), mtime, size)
+                prepared.append((index, skipped))
+                continue
             except RecalldError as exc:
                 exc.data.setdefault("path", source)
                 await self._record_error(source, exc)
@@ -270,6 +288,13 @@ class Ingestor:
         if first_error is not None:
             raise first_error
         return [r for r in reports if r is not None]
+
+    async def skip(
+        self, source: str, file_type: str, mtime: float | None, size: int | None
+    ) -> IngestReport:
+        """Record a file no chunker takes (known by its name, so never read) as skipped."""
+        [(_, report)] = await self._embed_and_write([_skipped(source, file_type, mtime, size)])
+        return report
 
     async def _with_llm_facts(
         self,
@@ -366,12 +391,21 @@ class Ingestor:
                 return reports + [(d_index + i, report) for i, report in again]
             embedded = sum(1 for c in chunks if c.vector is not None)
             status = "ingested" if chunks else "empty"
+            skipped_type = ""
+            if doc.parsed.kind == SKIPPED:
+                status, skipped_type = "skipped", doc.parsed.format
             logger.info("ingested %s: %d chunks (%d embedded)", doc.source, len(chunks), embedded)
             reports.append(
                 (
                     d_index,
                     IngestReport(
-                        doc.source, status, doc_id, len(chunks), embedded, list(doc.parsed.notes)
+                        doc.source,
+                        status,
+                        doc_id,
+                        len(chunks),
+                        embedded,
+                        list(doc.parsed.notes),
+                        skipped_type,
                     ),
                 )
             )

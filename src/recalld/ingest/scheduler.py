@@ -33,10 +33,12 @@ from pathlib import Path
 from stat import S_ISREG
 from typing import Any
 
+from recalld.chunkers import unsupported_type
 from recalld.config import PrivacySettings
 from recalld.errors import EmbeddingError, IngestError, NotFoundError, RecalldError
 from recalld.ingest.admission import IGNORE_FILES, Admission, Scope
 from recalld.ingest.pipeline import (
+    SKIPPED,
     Ingestor,
     IngestReport,
     busy_file_error,
@@ -83,6 +85,8 @@ class BatchReport:
     embedded: int = 0
     retrying: int = 0  # embedding failed; the file is retried later
     refused: int = 0  # named explicitly but kept out (the secret deny-list)
+    skipped: int = 0  # no chunker takes them: not errors, not retried until they change
+    skipped_types: dict[str, int] = field(default_factory=dict)  # by file type
     errors: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, other: BatchReport) -> None:
@@ -99,14 +103,34 @@ class BatchReport:
             "embedded",
             "retrying",
             "refused",
+            "skipped",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
+        for file_type, count in other.skipped_types.items():
+            self.note_skipped(file_type, count)
         room = MAX_REPORTED_ERRORS - len(self.errors)
         self.errors.extend(other.errors[: max(0, room)])
 
+    def note_skipped(self, file_type: str, count: int = 1) -> None:
+        """Count files of a type no chunker takes (`skipped` counts them too, via `add`)."""
+        self.skipped_types[file_type] = self.skipped_types.get(file_type, 0) + count
+
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready copy."""
-        return {name: getattr(self, name) for name in self.__slots__}
+        out = {name: getattr(self, name) for name in self.__slots__}
+        out["skipped_types"] = dict(self.skipped_types)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Skip:
+    """A file no chunker takes, known by its name: recorded as skipped without being read."""
+
+    path: Path
+    source: str
+    file_type: str
+    mtime: float
+    size: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,8 +156,9 @@ def _name_error(path: Path) -> IngestError | None:
     return None
 
 
-def _read(path: Path, max_bytes: int) -> _Read | FileState | None:
-    """Read a file for ingest; None when it is gone, its `FileState` when it is a folder."""
+def _read(path: Path, max_bytes: int) -> _Read | _Skip | FileState | None:
+    """Read a file for ingest; None when it is gone, its `FileState` when it is a folder, a
+    `_Skip` (unread) when no chunker takes its type."""
     try:
         stat = path.stat()
     except FileNotFoundError:
@@ -147,6 +172,8 @@ def _read(path: Path, max_bytes: int) -> _Read | FileState | None:
             f"{path} is not a regular file (a pipe, socket or device); it is not ingested",
             data={"path": str(path), "reason": "not a regular file"},
         )
+    if (file_type := unsupported_type(path.name)) is not None:
+        return _Skip(path, os.fspath(path), file_type, stat.st_mtime, stat.st_size)
     if stat.st_size > max_bytes:
         raise IngestError(
             f"{path} is {stat.st_size / 2**20:.0f} MiB, over the {max_bytes / 2**20:.0f} MiB "
@@ -574,6 +601,8 @@ class Scheduler:
                 continue
             if found is None:
                 gone.append(os.fspath(path))
+            elif isinstance(found, _Skip):
+                await self._skip(found, report)
             elif isinstance(found, FileState):
                 if not explicit:
                     self.scan(path)  # a folder appeared or changed: reconcile it
@@ -586,13 +615,23 @@ class Scheduler:
 
     def _admit_and_read(
         self, path: Path, source: WatchedSource | None, allow_secrets: bool
-    ) -> tuple[str | None, _Read | FileState | None]:
+    ) -> tuple[str | None, _Read | _Skip | FileState | None]:
         """Why `path` may not enter, or else what it holds (blocking: both read files, which a
         hung mount can block, so they run together under one deadline)."""
         refusal = self._refusal(path, source, allow_secrets)
         if refusal is not None:
             return refusal, None
         return None, _read(path, self.ingestor.max_file_bytes)
+
+    async def _skip(self, item: _Skip, report: BatchReport) -> None:
+        """Record a file no chunker takes, once per version of it (issue 16)."""
+        report.files += 1
+        doc = await self._document(item.source)
+        if not _unchanged(doc, item.mtime, item.size) or (doc and doc.kind != SKIPPED):
+            await self.ingestor.skip(item.source, item.file_type, item.mtime, item.size)
+        report.skipped += 1
+        report.note_skipped(item.file_type)
+        self._failed.pop(item.source, None)
 
     def _refusal(self, path: Path, source: WatchedSource | None, allow_secrets: bool) -> str | None:
         """Why a changed or named path may not enter (blocking)."""
@@ -646,7 +685,10 @@ class Scheduler:
         for item in reads:
             doc = await self._document(item.source)
             report.files += 1
-            if _unchanged(doc, item.mtime, item.size):
+            if _unchanged(doc, item.mtime, item.size) and doc and doc.kind == SKIPPED:
+                report.skipped += 1
+                report.note_skipped(doc.content_hash.partition(":")[2])  # "skipped:<type>"
+            elif _unchanged(doc, item.mtime, item.size):
                 report.unchanged += 1
                 report.chunks += doc.chunk_count if doc else 0
             elif not explicit and self._failed.get(item.source) == (item.mtime, item.size):
@@ -666,7 +708,15 @@ class Scheduler:
             # The Ingestor ingested the others and recorded every failure; find out which.
             for item in todo:
                 doc = await self._document(item.source)
-                if doc is not None and doc.content_hash == content_hash(item.data):
+                if (
+                    doc is not None
+                    and doc.kind == SKIPPED
+                    and _unchanged(doc, item.mtime, item.size)
+                ):
+                    report.skipped += 1
+                    report.note_skipped(doc.content_hash.partition(":")[2])
+                    self._failed.pop(item.source, None)
+                elif doc is not None and doc.content_hash == content_hash(item.data):
                     report.ingested += 1
                     report.chunks += doc.chunk_count
                     self._failed.pop(item.source, None)
@@ -704,7 +754,10 @@ class Scheduler:
     def _count(self, report: BatchReport, result: IngestReport) -> None:
         report.chunks += result.chunks
         report.embedded += result.embedded
-        if result.status == "unchanged":
+        if result.status == "skipped":
+            report.skipped += 1
+            report.note_skipped(result.skipped_type)
+        elif result.status == "unchanged":
             report.unchanged += 1
         elif result.status == "empty":
             report.empty += 1

@@ -147,7 +147,8 @@ async def source_counts(conn: Any, folder: str) -> dict[str, int]:
     errors_where, errors_params = _prefix(conn, "e.source", (prefix,))
     rows = await fetchall(
         conn,
-        f"SELECT (SELECT count(*) FROM documents d WHERE {docs_where}), "
+        # Skipped files (kind `skipped`, no chunks) are counted apart: `readers.skipped_files`.
+        f"SELECT (SELECT count(*) FROM documents d WHERE {docs_where} AND d.kind != 'skipped'), "
         f"(SELECT COALESCE(sum(d.chunk_count), 0) FROM documents d WHERE {docs_where}), "
         f"(SELECT count(*) FROM errors e WHERE {errors_where})",
         [*docs_params, *docs_params, *errors_params],

@@ -395,20 +395,29 @@ async def counts(conn: Any) -> dict[str, int]:
 
 
 @routed
-async def privacy_counts(conn: Any) -> dict[str, Any]:
-    """For `status`: chunks holding a redaction marker, and files skipped by type (recorded
-    as documents of kind `skipped`, without chunks)."""
+async def redacted_chunks(conn: Any) -> int:
+    """For `status`: how many chunks hold a `[REDACTED:<type>]` marker."""
     # The FTS index finds the few chunks with the marker's word; their meta confirms it.
-    redacted = await fetchall(
+    rows = await fetchall(
         conn,
         "SELECT count(*) FROM chunks WHERE id IN "
         "(SELECT rowid FROM chunks_fts WHERE chunks_fts MATCH 'redacted') "
         "AND meta LIKE '%\"redacted\"%'",
     )
-    skipped = await fetchall(
-        conn, "SELECT format, count(*) FROM documents WHERE kind = 'skipped' GROUP BY format"
+    return int(rows[0][0])
+
+
+@routed
+async def skipped_files(conn: Any, prefix: str = "") -> dict[str, int]:
+    """Files no chunker takes under `prefix`, by type: documents of kind `skipped`, whose
+    content hash is `skipped:<type>`."""
+    rows = await fetchall(
+        conn,
+        "SELECT content_hash, count(*) FROM documents WHERE kind = 'skipped' "
+        "AND source >= ? AND source < ? GROUP BY content_hash",
+        (prefix, prefix + "\U0010ffff"),
     )
-    return {"redacted_chunks": int(redacted[0][0]), "skipped": {r[0]: int(r[1]) for r in skipped}}
+    return {str(r[0]).partition(":")[2]: int(r[1]) for r in rows}
 
 
 @routed

@@ -60,7 +60,11 @@ def test_binary_without_extension_is_unsupported() -> None:
 def test_unknown_extension_is_unsupported() -> None:
     with pytest.raises(UnsupportedFormatError) as info:
         chunk_file("photo.png", b"\x89PNG\r\n\x1a\n")
-    assert info.value.data == {"path": "photo.png", "reason": "unsupported file type .png"}
+    assert info.value.data == {
+        "path": "photo.png",
+        "reason": "unsupported file type .png",
+        "file_type": ".png",
+    }
 
 
 def test_empty_files_give_no_chunks() -> None:

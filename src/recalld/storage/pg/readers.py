@@ -308,16 +308,24 @@ async def counts(conn: PgConn) -> dict[str, int]:
     }
 
 
-async def privacy_counts(conn: PgConn) -> dict[str, Any]:
-    """For `status`: chunks holding a redaction marker, and files skipped by type."""
-    redacted = await conn.fetch(
+async def redacted_chunks(conn: PgConn) -> int:
+    """For `status`: how many chunks hold a `[REDACTED:<type>]` marker."""
+    rows = await conn.fetch(
         "SELECT count(*) FROM chunks WHERE tsv @@ to_tsquery('simple', 'redacted') "
-        "AND meta LIKE '%%\"redacted\"%%'"
+        "AND meta LIKE %s",
+        ['%"redacted"%'],
     )
-    skipped = await conn.fetch(
-        "SELECT format, count(*) FROM documents WHERE kind = 'skipped' GROUP BY format"
+    return int(rows[0][0])
+
+
+async def skipped_files(conn: PgConn, prefix: str = "") -> dict[str, int]:
+    """Files no chunker takes under `prefix`, by type."""
+    rows = await conn.fetch(
+        "SELECT content_hash, count(*) FROM documents WHERE kind = 'skipped' "
+        "AND source >= %s AND source < %s GROUP BY content_hash",
+        [prefix, prefix + "\U0010ffff"],
     )
-    return {"redacted_chunks": int(redacted[0][0]), "skipped": {r[0]: int(r[1]) for r in skipped}}
+    return {str(r[0]).partition(":")[2]: int(r[1]) for r in rows}
 
 
 async def errors(conn: PgConn, limit: int = 100) -> list[dict[str, Any]]:
