@@ -184,6 +184,12 @@ class SearchSettings:
     # for its own content (`recalld calibrate`; the daemon keeps it fresh) instead of the
     # settings above. Per-call fusion settings still win.
     self_tune: bool = False
+    # Answerability (issue 14, retrieval/answerability.py): reject a result set when, of its
+    # top `answerability_k` hits, too few of the turns matching the query are said by the
+    # people the query names (0: off; LoCoMo dev, calibrated on the other conversations:
+    # README, Benchmarks).
+    answerability_threshold: float = 0.0
+    answerability_k: int = 3
 
 
 @dataclass(frozen=True)

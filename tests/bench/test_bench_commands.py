@@ -293,3 +293,29 @@ def test_compare_tests_two_reports_of_the_same_questions(tmp_path: Path):
     assert figures["words@600"]["delta"] == round(
         figures["words@600"]["second"] - figures["words@600"]["first"], 4
     )
+
+
+def test_answerability_threshold_is_chosen_on_the_other_conversations():
+    from recalld.bench.locomo import ANSWERABILITY_K, answerability_leave_one_out
+
+    def record(conv: str, category: int, ownership: float | None) -> dict:
+        return {
+            "conversation": conv,
+            "category": category,
+            **{f"ownership@{k}": ownership for k in ANSWERABILITY_K},
+        }
+
+    records = []
+    for conv in ("c1", "c2", "c3"):
+        records += [record(conv, 5, 0.0)] * 4 + [record(conv, 5, 0.9)] * 4
+        records += [record(conv, 4, 1.0)] * 40 + [record(conv, 1, None)] * 10
+    out = answerability_leave_one_out(records)
+    assert out["rejected"] == 0.5 and out["false_rejection"] == 0.0
+    assert out["unanswerable"] == 24 and out["answerable"] == 150
+    assert set(out["chosen"]) == {"c1", "c2", "c3"}
+    # Answerable questions at ownership 0.15 in c3: a threshold above it would reject them, so
+    # the conversations calibrated with c3 keep theirs below it.
+    records += [record("c3", 2, 0.15)] * 30
+    out = answerability_leave_one_out(records)
+    assert out["chosen"]["c1"]["threshold"] < 0.15 and out["chosen"]["c2"]["threshold"] < 0.15
+    assert out["false_rejection"] == 0.0  # c3's threshold comes from c1 and c2: 0.01 (tie)

@@ -30,7 +30,7 @@ from recalld.bench import metrics
 from recalld.bench.common import MODES, bench_settings, load_model
 from recalld.config import ChunkSettings
 from recalld.embeddings.base import Embedder
-from recalld.retrieval import timeparse
+from recalld.retrieval import answerability, timeparse
 from recalld.types import Filters
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -39,6 +39,10 @@ _ANY_ANCHOR = datetime(2000, 1, 1, tzinfo=UTC)  # whether a question has time wo
 Scores = defaultdict[str, defaultdict[str, list[float]]]
 _DIA_ID = re.compile(r"D\d+:\d+")
 WORD_BUDGETS = (150, 300, 600)
+# Answerability, calibrated on the other conversations: the hits read and the thresholds tried.
+ANSWERABILITY_K = (1, 2, 3, 5)
+ANSWERABILITY_THRESHOLDS = (0.01, 0.1, 0.2, 0.3, 0.4, 0.5)
+MAX_FALSE_REJECTION = 0.04  # on the calibration conversations, leaving room under 5 %
 SEARCH_LIMIT = 50  # enough hits to fill the largest word budget with turn-sized chunks
 # The per-question figures compared between modes by the paired randomization test.
 PAIRED_METRICS = ("recall@5", "recall@10", *(f"words@{b}" for b in WORD_BUDGETS))
@@ -80,6 +84,7 @@ async def evaluate_conversation(
     latency: list[float],
     overrides: dict[str, Any] | None = None,
     paired: dict[str, list[float]] | None = None,
+    signals: list[dict[str, Any]] | None = None,
 ) -> None:
     """Search every question of one conversation in one mode and add up its scores.
 
@@ -100,6 +105,19 @@ async def evaluate_conversation(
         latency.append((time.perf_counter() - started) * 1000)
         bucket = scores[category]
         bucket["rejected"].append(1.0 if result.rejected else 0.0)
+        if signals is not None:
+            signals.append(
+                {
+                    "conversation": str(sample["sample_id"]),
+                    "category": int(qa.get("category", 0)),
+                    **{
+                        f"ownership@{k}": answerability.measure(
+                            qa["question"], result.hits, k
+                        ).ownership
+                        for k in ANSWERABILITY_K
+                    },
+                }
+            )
         if category == "adversarial" or not evidence:
             continue
         hit_ids = [set(h.chunk.meta.get("dia_ids") or []) for h in result.hits]
@@ -120,6 +138,54 @@ async def evaluate_conversation(
         if paired is not None:
             for key in PAIRED_METRICS:
                 paired.setdefault(key, []).append(bucket[key][-1])
+
+
+def _rejection(records: list[dict[str, Any]], k: int, threshold: float) -> tuple[float, float]:
+    """(share of category 5 rejected, share of categories 1-4 rejected) at `k`, `threshold`."""
+
+    def rejected(r: dict[str, Any]) -> bool:
+        value = r[f"ownership@{k}"]
+        return value is not None and value < threshold
+
+    unanswerable = [rejected(r) for r in records if r["category"] == 5]
+    answerable = [rejected(r) for r in records if r["category"] in (1, 2, 3, 4)]
+    return metrics.mean([float(x) for x in unanswerable]), metrics.mean(
+        [float(x) for x in answerable]
+    )
+
+
+def answerability_leave_one_out(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """For each conversation, the (k, threshold) that rejects most unanswerable questions of
+    the *other* conversations with at most `MAX_FALSE_REJECTION` of their answerable ones
+    rejected, applied to this one; the pooled shares over every conversation."""
+    conversations = sorted({r["conversation"] for r in records})
+    chosen: dict[str, dict[str, float]] = {}
+    held_out: list[dict[str, Any]] = []
+    for conv in conversations:
+        train = [r for r in records if r["conversation"] != conv]
+        options = [
+            (_rejection(train, k, t), k, t)
+            for k in ANSWERABILITY_K
+            for t in ANSWERABILITY_THRESHOLDS
+        ]
+        allowed = [o for o in options if o[0][1] <= MAX_FALSE_REJECTION] or [
+            min(options, key=lambda o: o[0][1])
+        ]
+        (_, _), k, t = max(allowed, key=lambda o: (o[0][0], -o[0][1]))
+        chosen[conv] = {"k": k, "threshold": t}
+        for r in records:
+            if r["conversation"] == conv:
+                value = r[f"ownership@{k}"]
+                held_out.append({**r, "rejected": value is not None and value < t})
+    unanswerable = [float(r["rejected"]) for r in held_out if r["category"] == 5]
+    answerable = [float(r["rejected"]) for r in held_out if r["category"] in (1, 2, 3, 4)]
+    return {
+        "rejected": round(metrics.mean(unanswerable), 4),
+        "false_rejection": round(metrics.mean(answerable), 4),
+        "unanswerable": len(unanswerable),
+        "answerable": len(answerable),
+        "chosen": chosen,
+    }
 
 
 def summarise(scores: Scores, latency: list[float]) -> dict[str, Any]:
@@ -178,6 +244,7 @@ async def run(
     scores: dict[str, Scores] = {m: defaultdict(lambda: defaultdict(list)) for m in names}
     latency: dict[str, list[float]] = {m: [] for m in names}
     paired: dict[str, dict[str, list[float]]] = {m: {} for m in names}
+    signals: list[dict[str, Any]] = []  # answerability, from the full mode's hits
     chunks = 0
     ingest_s = 0.0
     for sample in samples:
@@ -213,6 +280,7 @@ async def run(
                         latency[name],
                         changed,
                         paired[name],
+                        signals if name == "full" else None,
                     )
             finally:
                 await memory.close()
@@ -231,5 +299,8 @@ async def run(
         "word_budgets": list(WORD_BUDGETS),
         "modes": {m: summarise(scores[m], latency[m]) for m in names},
         "significance": metrics.significance(paired),
-        "per_query": paired,  # for paired tests across runs (`bench compare`)
+        "per_query": paired,
+        "answerability": answerability_leave_one_out(signals)
+        if signals
+        else None,  # for paired tests across runs (`bench compare`)
     }

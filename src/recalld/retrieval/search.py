@@ -25,6 +25,7 @@ from recalld.embeddings.base import Embedder
 from recalld.errors import EmbeddingError, QueryError, RecalldError
 from recalld.retrieval import (
     activation,
+    answerability,
     completion,
     diversity,
     fusion,
@@ -346,6 +347,10 @@ class Searcher:
             if cid in time_detail:
                 explain["time"] = time_detail[cid]
             hits.append(Hit(chunk=chunks[cid], score=final_scores[cid], explain=explain))
+        # Answerability (issue 14): do the top hits belong to the people the query asks about?
+        answerable = answerability.measure(query, hits, opts.answerability_k)
+        if hits and answerability.rejects(answerable, opts.answerability_threshold):
+            hits, rejected, result_tier = [], True, "low"
         if opts.expand > 0 and hits:
             await self._expand(hits, opts.expand)
         packed = None
@@ -366,6 +371,7 @@ class Searcher:
             "rejected": rejected,
             "tier": result_tier,
             "calibration": self._tuning_note(tuned_kind, tuned, opts),
+            "answerability": answerable.as_dict(),
             "activation": len(reached) if opts.activation else None,
             "asks_about_past": status.asks_about_past(query) if opts.status_penalty else None,
             "timings_ms": {k: round(v, 3) for k, v in timings.items()},

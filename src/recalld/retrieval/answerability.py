@@ -1,0 +1,105 @@
+"""Answerability beyond off-topic: do the hits hold what the query asks about (issue 14)?
+
+The similarity gate catches questions about nothing in the store. A question about the people
+and topics of a conversation whose answer is not there passes it: its words match turns about
+the same topic, said by someone else ("What did Melanie paint?" when Caroline painted). The
+hits say who owns what they hold:
+
+    ownership  the query names people who speak in the hits (by first name, possessives too);
+               in each of the top `k` hits, the turn (or fact) that shares most of the
+               query's other words is said by one of them, or not. Rank-weighted (1, 1/2,
+               1/3, ...) over the hits where some turn shares a word; None when the query
+               names no speaker or no turn shares a word (then it says nothing).
+
+A result set whose ownership is below `search.answerability_threshold` (0: off) is
+`rejected`; `explain` carries the figures either way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from recalld.storage.fts import query_terms
+from recalld.types import Hit
+
+_LINE = re.compile(r"^([^:\n]{1,60}): (.+)$")
+_WORD = re.compile(r"\w+(?:'\w+)*")
+_SUFFIXES = ("ing", "ed", "es", "s")
+
+
+@dataclass(frozen=True, slots=True)
+class Answerability:
+    """What the top hits say about whether the query is answered."""
+
+    ownership: float | None
+    people: tuple[str, ...]
+    k: int
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "ownership": None if self.ownership is None else round(self.ownership, 4),
+            "people": list(self.people),
+            "k": self.k,
+        }
+
+
+def stem(word: str) -> str:
+    """A crude stem, enough to match "volunteer" with "volunteering" and "Maria's" with "Maria"."""
+    word = word.lower()
+    word = word[:-2] if word.endswith("'s") else word
+    for suffix in _SUFFIXES:
+        if word.endswith(suffix) and len(word) - len(suffix) >= 3:
+            return word[: -len(suffix)]
+    return word
+
+
+def _words(text: str) -> set[str]:
+    return {stem(w) for w in _WORD.findall(text)}
+
+
+def named_people(query: str, speakers: Sequence[str]) -> tuple[str, ...]:
+    """The speakers the query names by first name."""
+    words = _words(query)
+    return tuple(s for s in speakers if s.split() and stem(s.split()[0]) in words)
+
+
+def best_turn(hit: Hit, terms: set[str]) -> tuple[str, str] | None:
+    """(speaker, text) of the hit's turn that shares most of `terms`; None if none shares any.
+    A fact (no "Speaker: text" lines) is one turn said by its one speaker."""
+    turns = [(m.group(1), m.group(2)) for m in map(_LINE.match, hit.chunk.text.split("\n")) if m]
+    speakers = hit.chunk.meta.get("speakers") or []
+    if not turns and len(speakers) == 1:
+        turns = [(str(speakers[0]), hit.chunk.text)]
+    best, best_overlap = None, 0
+    for speaker, text in turns:
+        overlap = len(terms & _words(text))
+        if overlap > best_overlap:
+            best, best_overlap = (speaker, text), overlap
+    return best
+
+
+def measure(query: str, hits: Sequence[Hit], k: int = 3) -> Answerability:
+    """The ownership of the top `k` hits for `query` (see the module docstring)."""
+    top = list(hits[:k])
+    speakers = list(dict.fromkeys(str(s) for h in top for s in h.chunk.meta.get("speakers") or []))
+    people = named_people(query, speakers)
+    if not people:
+        return Answerability(None, (), k)
+    firsts = {stem(p.split()[0]) for p in people}
+    terms = {stem(t) for t in query_terms(query)} - firsts
+    owned = seen = 0.0
+    for rank, hit in enumerate(top, start=1):
+        turn = best_turn(hit, terms)
+        if turn is None:
+            continue
+        seen += 1.0 / rank
+        if turn[0].split() and stem(turn[0].split()[0]) in firsts:
+            owned += 1.0 / rank
+    return Answerability(owned / seen if seen else None, people, k)
+
+
+def rejects(found: Answerability, threshold: float) -> bool:
+    """Whether `threshold` (0: off) rejects a result set with these signals."""
+    return threshold > 0 and found.ownership is not None and found.ownership < threshold
