@@ -92,7 +92,7 @@ def test_daemon_files_are_private_and_tightened_on_restart(
     private = [*store_files(db), db.with_name("recalld.db.lock"), data / "sources.json", export]
     for file in private:
         assert mode(file) == 0o600, file
-    assert mode(data) == 0o700
+    assert mode(data) == 0o700 and mode(data / "drop") == 0o700
     assert daemon.stop() == 0
 
     # An older recalld left them readable by everyone: the next start tightens them.

@@ -193,7 +193,8 @@ class Server:
         await socket_server.start()
         self._socket = socket_server
         drop = settings.drop_folder
-        drop.mkdir(parents=True, exist_ok=True)
+        if not drop.is_dir():  # new: private like the data folder it usually sits in
+            private.private_dir(drop)
         logger.info("drop folder: %s (files copied here are ingested)", drop)
         # A model the user did not choose follows the store (it may have been re-embedded).
         follow = loaded.sources.get("embed.model", "default") == "default"

@@ -520,9 +520,9 @@ def index_of(conn: Any) -> VectorIndex | None:
 
 async def read_changes(conn: Any) -> int:
     """The store's vector change counter (0 before the first change)."""
-    async with conn.execute("SELECT value FROM meta WHERE key = ?", (CHANGES_KEY,)) as cursor:
-        row = await cursor.fetchone()
-    return int(row[0]) if row else 0
+    # One trip to the connection's thread (execute + fetch + close would be three).
+    rows = await conn.execute_fetchall("SELECT value FROM meta WHERE key = ?", (CHANGES_KEY,))
+    return int(rows[0][0]) if rows else 0
 
 
 async def bump_changes(conn: Any) -> int:
