@@ -40,6 +40,23 @@ from recalld.client.base import (
 from recalld.errors import DaemonBusy, DaemonError, DaemonNotRunning, RecalldError
 
 
+async def _closed_by_peer(reader: asyncio.StreamReader) -> bool:
+    """True when the daemon has closed this connection between calls. A daemon that stops
+    first sends idle connections a "shutting down" error line (id null), which sits unread
+    before the end of file: read such lines without waiting, then look for the end."""
+    while not reader.at_eof():
+        try:
+            async with asyncio.timeout(0):  # a complete buffered line is returned at once
+                line = await reader.readline()
+        except TimeoutError:
+            return False  # nothing sent and not closed: the connection is still good
+        except (OSError, ValueError):
+            return True
+        if not line:
+            break
+    return True
+
+
 class AsyncClient:
     """An asyncio client for the daemon; calls on one client are serialised on its connection.
 
@@ -99,7 +116,7 @@ class AsyncClient:
                 pass
 
     async def _connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        if self._reader is not None and self._reader.at_eof():
+        if self._reader is not None and await _closed_by_peer(self._reader):
             await self.close()  # the daemon closes connections left idle; open a new one
         if self._reader is None or self._writer is None:
             first: OSError | None = None
