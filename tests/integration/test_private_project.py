@@ -151,6 +151,16 @@ async def test_a_project_folder_gives_nothing_secret_away(
             mcp_status = await session.call_tool("status", {})
             assert isinstance(mcp_status.structured_content, dict)
             assert mcp_status.structured_content["redacted_chunks"] >= 1
+
+        # `forget PATH` sticks: the notes leave, and a touch does not bring them back.
+        assert cli(daemon, "forget", str(project / "notes.md"))["forgotten"] == 1
+        (project / "notes.md").write_text("# Plans\n\nThe postgres cutover moved to Friday.\n")
+        (project / "later.md").write_text("# Later\n\nA quokka note written after the forget.\n")
+        daemon.wait_for(lambda s: s["counts"]["documents"] == 3)  # settings, .gitignore, later
+        assert daemon.search_sources("quokka") == [str((project / "later.md").resolve())]
+        assert daemon.search_sources("cutover Friday Thursday") == [
+            str((project / "deploy" / "settings.py").resolve())
+        ]
     finally:
         assert daemon.stop() == 0
 
