@@ -173,6 +173,61 @@ def write_transcript(path: Path, turns: list[tuple[str, str]]) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def host_transcript(host: str, turns: list[tuple[str, str]]) -> str:
+    """A transcript in the host's own format (Gemini CLI's chat recording, Codex CLI's rollout)."""
+    if host == "gemini":
+        lines: list[object] = [
+            {"sessionId": "g-1", "projectHash": "ab", "startTime": "2026-11-26T10:00:00Z"}
+        ]
+        for i, (role, text) in enumerate(turns):
+            kind = "user" if role == "user" else "gemini"
+            lines.append(
+                {
+                    "id": f"m{i}",
+                    "timestamp": f"2026-11-26T10:00:{i:02d}Z",
+                    "type": kind,
+                    "content": text,
+                }
+            )
+    else:
+        lines = [
+            {"type": "session_meta", "payload": {"id": "c-1"}, "timestamp": "2026-11-26T10:00:00Z"}
+        ]
+        for i, (role, text) in enumerate(turns):
+            part = "input_text" if role == "user" else "output_text"
+            message = {"type": "message", "role": role, "content": [{"type": part, "text": text}]}
+            lines.append(
+                {
+                    "type": "response_item",
+                    "payload": message,
+                    "timestamp": f"2026-11-26T10:00:{i:02d}Z",
+                }
+            )
+    return "\n".join(json.dumps(line) for line in lines) + "\n"
+
+
+@pytest.mark.parametrize("host", ["gemini", "codex"])
+def test_stop_captures_gemini_and_codex_transcripts_once(
+    host: str, daemon: Daemon, projects: tuple[Path, Path]
+) -> None:
+    mine, _ = projects
+    transcript = mine / f"{host}-session.jsonl"
+    transcript.write_text(
+        host_transcript(
+            host,
+            [("user", "Where do the kestrel logs go?"), ("assistant", "Kestrel logs go to loki.")],
+        )
+    )
+    stop = payload(host, HOST_EVENTS[host][2], mine, transcript_path=str(transcript))
+    for _ in range(2):
+        code, out, _ = hook(daemon.socket, host, stop)
+        assert code == 0 and out == ""
+    daemon.wait_for(lambda s: s["counts"]["documents"] == 5)
+    hits = daemon.client.search("kestrel logs loki", mode="bm25")["hits"]
+    assert hits and {h["source"] for h in hits} == {str(transcript)}
+    assert {h["granularity"] for h in hits} & {"round", "session"}  # read as a conversation
+
+
 def test_stop_captures_the_transcript_once(daemon: Daemon, projects: tuple[Path, Path]) -> None:
     mine, theirs = projects
     transcript = mine / "session.jsonl"
