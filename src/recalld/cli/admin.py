@@ -176,6 +176,13 @@ def _render_check(report: dict[str, Any]) -> Any:
                     ["repair", "count", "detail"],
                     [(a["name"], a["count"], a["detail"]) for a in repaired["actions"]],
                 )
+            for rebuilt in repaired.get("rebuilt", []):
+                out.print(
+                    f"rebuilt from what could be read of the damaged file, kept as "
+                    f"{rebuilt['damaged_file']}: rows copied {rebuilt['rows']}, "
+                    f"vectors {rebuilt['vectors']}, unreadable {rebuilt['unreadable'] or 'none'}",
+                    markup=False,
+                )
             for item in repaired["unrepaired"]:
                 out.print(f"not repaired: {item['name']}: {item['detail']}", markup=False)
         table(
@@ -209,7 +216,38 @@ def _repair_offline(loaded: LoadedSettings) -> dict[str, Any]:
             memory.store, memory.ingestor.embed, memory.add_file, memory.forget
         ),
         "`recalld check --repair` without --offline",
+        closed=None if settings.store_url else _rebuilding(settings.store_path),
     )
+
+
+def _rebuilding(path: Path) -> Any:
+    """Around an offline repair: a store SQLite finds damaged is rebuilt from what can be read
+    first (`storage.salvage`), and once more if the repair still finds it damaged. At most two
+    rebuilds and three repairs: it always ends."""
+    from recalld.errors import StoreError
+    from recalld.storage.check import check_store
+    from recalld.storage.salvage import is_damaged_report, salvage
+
+    def run(repair: Any) -> dict[str, Any]:
+        rebuilds: list[dict[str, Any]] = []
+        if is_damaged_report(check_store(path)):
+            rebuilds.append(salvage(path))
+        for _ in range(2):
+            try:
+                report: dict[str, Any] = repair()
+            except StoreError as exc:
+                if exc.data.get("reason") != "damaged" or len(rebuilds) == 2:
+                    raise
+            else:
+                if not is_damaged_report(report) or len(rebuilds) == 2:
+                    break
+            rebuilds.append(salvage(path))
+        else:
+            report = repair()
+        report.setdefault("repair", {})["rebuilt"] = rebuilds
+        return report
+
+    return run
 
 
 @click.command()
@@ -219,8 +257,9 @@ def _repair_offline(loaded: LoadedSettings) -> dict[str, Any]:
 @click.option(
     "--repair",
     is_flag=True,
-    help="Restore what failed (rebuild FTS, re-embed, drop orphans, re-ingest partial files); "
-    "user memories are kept.",
+    help="Restore what failed (rebuild FTS, re-embed, drop orphans, re-ingest partial files, "
+    "reset unreadable values); user memories are kept. With --offline, a damaged file is "
+    "rebuilt from what can be read first and kept beside the store.",
 )
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False, path_type=Path))

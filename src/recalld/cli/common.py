@@ -26,10 +26,17 @@ T = TypeVar("T")
 
 
 def run_offline(
-    settings: Settings, work: Callable[[AsyncMemory], Awaitable[T]], through_daemon: str
+    settings: Settings,
+    work: Callable[[AsyncMemory], Awaitable[T]],
+    through_daemon: str,
+    closed: Callable[[Callable[[], T]], T] | None = None,
 ) -> T:
     """Run `work` on the store with the daemon stopped: its lock, the configured model and
-    our own event loop. `through_daemon` names the command that does it through a daemon."""
+    our own event loop. `through_daemon` names the command that does it through a daemon.
+
+    `closed`, when given, is called under the lock with the opened run: it may work on the
+    store file while it is closed (`check --repair` rebuilds a damaged one) before and after
+    calling it, and returns what it returns."""
     # Imported only here: the store, the model and the ingest pipeline are heavy.
     import asyncio
 
@@ -49,6 +56,8 @@ def run_offline(
             f"{exc.message}; or do it through the daemon: {through_daemon}", data=exc.data
         ) from None
     try:
+        if closed is not None:
+            return closed(lambda: asyncio.run(run()))
         return asyncio.run(run())
     finally:
         lock.release()

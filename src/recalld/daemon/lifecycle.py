@@ -43,6 +43,7 @@ from recalld.ingest.scheduler import Scheduler
 from recalld.ingest.watcher import PathFilter, Watcher
 from recalld.storage import forgotten as stored_forgotten
 from recalld.storage import readers
+from recalld.storage.connection import UNREADABLE, damaged_error
 
 logger = logging.getLogger(__name__)
 
@@ -166,6 +167,11 @@ class Server:
                 return STARTUP_FAILURE
             except OSError as exc:
                 logger.error("cannot start: %s", exc)
+                return STARTUP_FAILURE
+            except UNREADABLE as exc:
+                # A page found damaged after the file opened (a count, a scan at start-up).
+                path = self.config.load().settings.store_path
+                logger.error("cannot start: %s", damaged_error(path, exc).message)
                 return STARTUP_FAILURE
             try:
                 await self.main_loop()

@@ -31,7 +31,7 @@ from typing import Any
 from recalld.errors import StoreError
 from recalld.storage import reindex, values
 from recalld.storage.backend import is_url
-from recalld.storage.connection import DatabaseError, connect
+from recalld.storage.connection import UNREADABLE, DatabaseError, connect, damaged_error
 
 # Each check: a name, one query returning a single number that must be 0, and what it means.
 ZERO_CHECKS: tuple[tuple[str, str, str], ...] = (
@@ -88,6 +88,9 @@ _MIRROR_GAP = (
     "WHERE NOT EXISTS (SELECT 1 FROM chunks_vec v WHERE v.chunk_id = m.chunk_id))"
 )
 _FLOAT_DIMENSION = re.compile(r"float\[(\d+)\]")
+
+# A damaged file fails a check with one of these (StoreError: a connection that cannot open).
+_CHECK_ERRORS: tuple[type[Exception], ...] = (*UNREADABLE, StoreError)
 
 FTS_INTEGRITY_SQL = "INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('integrity-check', 1)"
 
@@ -214,8 +217,11 @@ def check_store(path: Path | str) -> dict[str, Any]:
         `{"ok": bool, "path", "counts": {...}, "checks": [{"name", "ok", "value", "detail"}],
         "elapsed_ms"}`.
 
+    A file SQLite finds damaged (not a database, a malformed page) is reported by a failing
+    `store` check, with what the checks found before it.
+
     Raises:
-        StoreError: The file does not exist or cannot be read as a store.
+        StoreError: The file does not exist or cannot be read for another reason.
     """
     if is_url(path):  # a PostgreSQL store's `path` (see `storage.pg.store.StoreUrl`)
         from recalld.storage.pg.check import check_store as check_postgres
@@ -227,8 +233,15 @@ def check_store(path: Path | str) -> dict[str, Any]:
             f"no store at {path}; start `recalld serve` once to create it", data={"path": str(path)}
         )
     started = time.perf_counter()
+    counts = dict.fromkeys(("documents", "chunks", "vectors", "fts_rows"), 0)
+    checks: list[dict[str, Any]] = []
     try:
         conn = connect(path, readonly=True)
+    except StoreError as exc:
+        if exc.data.get("reason") != "damaged":
+            raise
+        # Reported, not raised: a damaged store is what `check` is for.
+        return _report(path, counts, [_result("store", 1, exc.message)], started)
     except DatabaseError as exc:
         raise StoreError(f"cannot open store {path}: {exc}") from exc
     try:
@@ -245,7 +258,7 @@ def check_store(path: Path | str) -> dict[str, Any]:
             "vectors": _scalar(conn, "SELECT count(*) FROM chunks_vec") if has_vectors else 0,
             "fts_rows": _scalar(conn, "SELECT count(*) FROM chunks_fts_docsize"),
         }
-        checks = []
+        checks.clear()
         for name, sql, detail in ZERO_CHECKS:
             if has_vectors or "chunks_vec" not in sql:
                 checks.append(_result(name, _scalar(conn, sql), detail))
@@ -281,8 +294,17 @@ def check_store(path: Path | str) -> dict[str, Any]:
         checks.append(
             _result("integrity_check", 0 if sane else len(problems), "; ".join(problems[:10]))
         )
-    except DatabaseError as exc:
-        raise StoreError(f"cannot check store {path}: {exc}") from exc
+    except _CHECK_ERRORS as exc:
+        # In a read-only check, an error other than a lock means a page that cannot be read.
+        damaged = "locked" not in str(exc) and (
+            not isinstance(exc, StoreError) or exc.data.get("reason") == "damaged"
+        )
+        if not damaged and isinstance(exc, StoreError):
+            raise
+        if not damaged:
+            raise StoreError(f"cannot check store {path}: {exc}") from exc
+        message = exc.message if isinstance(exc, StoreError) else damaged_error(path, exc).message
+        checks.append(_result("store", 1, message))
     finally:
         conn.close()
     return _report(path, counts, checks, started)

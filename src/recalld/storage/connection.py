@@ -45,6 +45,9 @@ DatabaseError: type[Exception] = sqlite.DatabaseError
 OperationalError: type[Exception] = sqlite.OperationalError
 SqliteIntegrityError: type[Exception] = sqlite.IntegrityError
 Row: Any = sqlite.Row
+# What reading a damaged file can raise: SQLite's errors, and a message or value SQLite hands
+# over that is not UTF-8 (a flipped byte in a page).
+UNREADABLE: tuple[type[Exception], ...] = (DatabaseError, UnicodeDecodeError)
 _LENIENT_TEXT = functools.partial(str, encoding="utf-8", errors="replace")
 
 
@@ -84,6 +87,11 @@ def connect(path: Path | str, *, readonly: bool = False) -> Any:
             conn.execute("PRAGMA query_only=1")
         if on_disk:
             private.tighten_store(Path(path))
+    except UNREADABLE as exc:
+        conn.close()
+        if is_damaged(exc):
+            raise damaged_error(path, exc) from exc
+        raise
     except Exception:
         conn.close()
         raise
@@ -92,3 +100,46 @@ def connect(path: Path | str, *, readonly: bool = False) -> Any:
     # query (a search, an export) for that one value. `check` reports such rows by id.
     conn.text_factory = _LENIENT_TEXT
     return conn
+
+
+def connect_damaged(path: Path | str) -> Any:
+    """A read-only connection to a damaged store file, for `storage.salvage`: text decoded
+    leniently, none of `connect`'s pragmas (they fail on a file whose first page is gone),
+    and no sqlite-vec: its reader crashes the process on damaged pages, so vectors are read
+    from the plain `vector_floats` table instead."""
+    conn = sqlite.connect(
+        f"file:{Path(path).resolve()}?mode=ro", uri=True, isolation_level=None, timeout=30.0
+    )
+    try:
+        # Lets SQLite load a schema with a damaged entry, so the other tables stay readable
+        # (https://sqlite.org/pragma.html#pragma_writable_schema); the file is opened read-only.
+        conn.execute("PRAGMA writable_schema=ON")
+    except Exception:
+        conn.close()
+        raise
+    conn.text_factory = _LENIENT_TEXT
+    return conn
+
+
+def is_damaged(exc: BaseException) -> bool:
+    """Whether a SQLite error means the file is not a database or is corrupt (not a lock, a
+    full disk or a bad query)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return True
+    name = getattr(exc, "sqlite_errorname", "")
+    text = str(exc)
+    return name in ("SQLITE_NOTADB", "SQLITE_CORRUPT") or any(
+        sign in text
+        # sqlite-vec reports its own damaged pages as failed blob reads.
+        for sign in ("not a database", "malformed", "opening blob failed", "Could not fetch")
+    )
+
+
+def damaged_error(path: Path | str, exc: BaseException) -> StoreError:
+    """The one-line error for a store file SQLite cannot read: what, where, what to do."""
+    return StoreError(
+        f"the store {path} is damaged ({exc}); stop recalld and run `recalld check --offline "
+        "--repair` to rebuild it from what can still be read (the damaged file is kept beside "
+        "it), or move the file away to start an empty store",
+        data={"path": str(path), "reason": "damaged"},
+    )

@@ -42,6 +42,7 @@ import numpy.typing as npt
 from recalld.errors import EmbeddingError, RecalldError
 from recalld.storage import check, reindex, values, vectors, writer
 from recalld.storage.backend import is_url
+from recalld.storage.connection import UNREADABLE, damaged_error, is_damaged
 from recalld.storage.store import Store
 
 logger = logging.getLogger(__name__)
@@ -197,7 +198,18 @@ async def _reembed(store: Store, embed: Embed, report: RepairReport) -> None:
     total = 0
     after = -1
     while batch := await _missing_vectors(store, after):
-        after = int(batch[-1][0])
+        # Chunk ids only go up: a damaged index that hands back ids already done ends the
+        # pass rather than re-embedding them for ever (issue 18).
+        if max(int(r[0]) for r in batch) <= after:
+            report.unrepaired.append(
+                {
+                    "name": "chunks_without_vector",
+                    "detail": "the chunk table returned rows out of order (a damaged index); "
+                    "stop recalld and run `recalld check --offline --repair` to rebuild it",
+                }
+            )
+            break
+        after = max(int(r[0]) for r in batch)
         found = await embed([str(r[1]) for r in batch])
         if found.shape != (len(batch), store.dimension):
             raise EmbeddingError(
@@ -325,6 +337,22 @@ async def check_and_repair(
         The `check_store` report made after the repair, with `repair`: what was done
         (`actions`, `reingest`, `unrepaired`) and `before`: `{"ok", "failed"}`.
     """
+    try:
+        return await _check_and_repair(store, embed, ingest, forget)
+    except UNREADABLE as exc:
+        if not is_damaged(exc):
+            raise
+        # A page that cannot be read, met halfway: only a rebuild, with the store closed, mends
+        # that (`storage.salvage`, run by `check --offline --repair`).
+        raise damaged_error(store.path, exc) from exc
+
+
+async def _check_and_repair(
+    store: Store,
+    embed: Embed | None,
+    ingest: Callable[[Path], Awaitable[object]],
+    forget: Callable[[str], Awaitable[object]],
+) -> dict[str, Any]:
     before = await asyncio.to_thread(check.check_store, store.path)
     problems = check.failed(before)
     done = RepairReport()
@@ -340,6 +368,9 @@ async def check_and_repair(
             {"name": name, "detail": "repair on PostgreSQL is not built yet"}
             for name in sorted(problems - {"reindex"})
         ]
+    elif "store" in problems:
+        done.unrepaired.append({"name": "store", "detail": _damaged_detail(before)})
+        problems = set()  # nothing here can mend the file itself
     elif problems:
         done = await repair_store(store, embed, problems)
     for source in done.reingest:
@@ -353,7 +384,21 @@ async def check_and_repair(
             done.unrepaired.append({"name": "partial_documents", "detail": exc.message})
     repaired = problems and (not postgres or "reindex" in problems)
     after = await asyncio.to_thread(check.check_store, store.path) if repaired else before
+    if "integrity_check" in check.failed(after):
+        done.unrepaired.append(
+            {
+                "name": "integrity_check",
+                "detail": "SQLite still finds the file damaged after REINDEX; stop recalld and "
+                "run `recalld check --offline --repair`, which rebuilds the store from what can "
+                "be read (the damaged file is kept beside it)",
+            }
+        )
     return {
         **after,
         "repair": {**done.as_dict(), "before": {"ok": before["ok"], "failed": sorted(problems)}},
     }
+
+
+def _damaged_detail(report: dict[str, Any]) -> str:
+    detail = next(c["detail"] for c in report["checks"] if c["name"] == "store")
+    return str(detail)

@@ -22,7 +22,13 @@ import aiosqlite
 from recalld.errors import ModelMismatchError, QueryError, StoreError, StoreGoneError
 from recalld.storage import reindex, schema, vectors
 from recalld.storage.backend import is_url
-from recalld.storage.connection import DatabaseError, OperationalError, connect
+from recalld.storage.connection import (
+    DatabaseError,
+    OperationalError,
+    connect,
+    damaged_error,
+    is_damaged,
+)
 from recalld.storage.guard import StoreFiles, disk_full_error, is_disk_full
 
 logger = logging.getLogger(__name__)
@@ -51,6 +57,8 @@ def _prepare(path: Path, model_id: str, dimension: int, spec: str | None) -> Non
             _record_spec(conn, spec)
             conn.execute("COMMIT")
     except DatabaseError as exc:
+        if is_damaged(exc):
+            raise damaged_error(path, exc) from exc
         raise StoreError(f"cannot open store {path}: {exc}") from exc
     finally:
         conn.close()
