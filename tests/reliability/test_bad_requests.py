@@ -38,6 +38,8 @@ PARAM_CASES: list[tuple[str, Any, str]] = [
     ("search", {"query": "q", "filters": {"until": "@-Infinity"}}, "filters.until"),
     ("search", {"query": "q", "filters": {"since": -1e300}}, "filters.since"),
     ("forget", {"query": "q", "filters": {"until": "@NaN"}}, "filters.until"),
+    ("list", {"since": "@1e400"}, "since"),
+    ("jobs/wait", {"id": "j1", "timeout_s": "@NaN"}, "timeout_s"),
     # huge numbers
     ("get", {"id": HUGE}, "id"),
     ("forget", {"id": HUGE}, "id"),
@@ -57,6 +59,9 @@ PARAM_CASES: list[tuple[str, Any, str]] = [
     ("forget", {"query": "q", "limit": -1}, "limit"),
     ("get", {"id": -1}, "id"),
     ("get", {"id": 0}, "id"),
+    ("list", {"limit": -1}, "limit"),
+    ("list", {"offset": -1}, "offset"),
+    ("context", {"event": "prompt", "budget_tokens": -5}, "budget_tokens"),
     # wrong types
     ("search", {"query": 5}, "query"),
     ("search", {"query": "q", "limit": "5"}, "limit"),
@@ -105,6 +110,7 @@ PARAM_CASES: list[tuple[str, Any, str]] = [
     ("sources/add", {"path": "/tmp/a\x00b"}, "path"),
     ("import", {"path": "/tmp/a\x00b"}, "path"),
     ("ingest", {"path": "relative/notes"}, "path"),
+    ("forget/path", {"path": 5}, "path"),
     ("remember", {"text": "   "}, "text"),
 ]
 

@@ -244,7 +244,7 @@ async def context(ctx: Context, params: Params, progress: Progress) -> Any:
         raise InvalidParams(f"param 'event' must be one of {', '.join(EVENTS)}", "event")
     project = params.project("project")
     budget = params.integer("budget_tokens", DEFAULT_BUDGET, low=0, high=100_000)
-    prompt = params.string("prompt", "", blank=True)
+    prompt = params.string("prompt", "", blank=True, longest=None)  # a pasted log may be long
     session = params.string("session_id", None, blank=True)
     transcript = params.string("transcript_path", None, blank=True)
     params.done()

@@ -248,12 +248,7 @@ class JobRegistry:
 
 async def ingest(ctx: Context, params: Params, progress: Progress) -> Any:
     """Start ingesting a file or folder as a job; answers at once with the job."""
-    path = Path(params.string("path"))
-    if not path.is_absolute():
-        raise InvalidParams(
-            "param 'path' must be an absolute path (the daemon has its own working directory)",
-            "path",
-        )
+    path = Path(params.path("path"))  # absolute, short, without NUL
     exclude = params.strings("exclude")
     allow_secrets = params.boolean("allow_secrets", False)
     params.done()
