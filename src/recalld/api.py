@@ -236,7 +236,11 @@ class AsyncMemory:
         if result.hits:
             # Counting must not make the search wait for an ingest holding the writer.
             ids = [h.chunk.id for h in result.hits]
-            self._spawn(self.store.write(lambda c: writer.count_use(c, ids, retrieval=True)))
+            self._spawn(
+                self.store.write(
+                    lambda c: writer.count_use(c, ids, retrieval=True), counters_only=True
+                )
+            )
         return result
 
     async def _search_one_model(
@@ -267,7 +271,11 @@ class AsyncMemory:
         found = await self.store.read(lambda c: readers.chunks_by_id(c, [chunk_id]))
         if chunk_id not in found:
             raise NotFoundError(f"no chunk with id {chunk_id}", data={"id": chunk_id})
-        self._spawn(self.store.write(lambda c: writer.count_use(c, [chunk_id], retrieval=False)))
+        self._spawn(
+            self.store.write(
+                lambda c: writer.count_use(c, [chunk_id], retrieval=False), counters_only=True
+            )
+        )
         return found[chunk_id]
 
     async def update(self, chunk_id: int, edit: history.MemoryEdit) -> int:

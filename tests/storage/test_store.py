@@ -237,3 +237,20 @@ async def test_a_cancelled_write_finishes_and_the_writer_stays_usable(store: Sto
     await put(store, "after.md", ["after the cancel"])
     counts = await store.read(readers.counts)
     assert counts["documents"] == 2 and counts["partial_documents"] == 0
+
+
+async def test_counter_writes_leave_the_generation_alone(store: Store):
+    await put(store, "g.md", ["alpha one"])
+    [(top, _)] = await fts(store, "alpha")
+
+    def commits() -> int:
+        # PostgreSQL's generation also moves with the clock (other daemons' commits).
+        return int(store._commits) if store.backend == "postgresql" else store.generation
+
+    generation = commits()
+    await store.write(lambda c: writer.count_use(c, [top], retrieval=True), counters_only=True)
+    assert commits() == generation  # term frequencies cannot have changed
+    chunk = (await store.read(lambda c: readers.chunks_by_id(c, [top])))[top]
+    assert chunk.retrieval_count == 1
+    await put(store, "h.md", ["alpha two"])
+    assert commits() > generation

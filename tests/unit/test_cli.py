@@ -39,6 +39,21 @@ def test_import_is_light() -> None:
     assert out.strip() == "[]"
 
 
+def test_a_search_imports_only_what_a_client_needs(tmp_path: Path) -> None:
+    code = (
+        "import sys\nfrom recalld.cli import main\ntry:\n    main(['search', 'x', '--json'])\n"
+        "except SystemExit as exit:\n    print(exit.code)\n"
+        "print([m for m in ('asyncio', 'ssl', 'rich', 'numpy', 'recalld.cli.service',"
+        " 'recalld.cli.transfer', 'recalld.client.aio') if m in sys.modules])"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RECALLD_", "XDG_"))}
+    env.update({"RECALLD_HOME": str(tmp_path), "RECALLD_DAEMON__SOCKET": str(tmp_path / "s")})
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout
+    assert out.split() == ["3", "[]"]  # no daemon there: exit 3, after the same imports
+
+
 def test_help_lists_every_command() -> None:
     result = CliRunner().invoke(cli, ["--help"])
     assert result.exit_code == 0

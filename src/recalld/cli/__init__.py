@@ -7,69 +7,76 @@ over its socket. One wrapper, `main`, turns errors into messages and exit codes:
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
 
 import click
 
 from recalld import __version__
-from recalld.cli.admin import calibrate, check, config, errors, status
-from recalld.cli.agent import agent, context
-from recalld.cli.browse import list_, unforget
-from recalld.cli.ingest import ingest, sources
-from recalld.cli.jobs import EXIT_INTERRUPTED, jobs
-from recalld.cli.mcp_command import mcp
-from recalld.cli.memories import edit, history, link
-from recalld.cli.migrate import migrate
-from recalld.cli.models import models, reindex
-from recalld.cli.search import forget, get, remember, search
-from recalld.cli.service import serve, service
-from recalld.cli.transfer import export, import_
+from recalld.cli.jobs import EXIT_INTERRUPTED
 from recalld.errors import DaemonNotRunning, RecalldError
 
 EXIT_ERROR = 1
 EXIT_UNAVAILABLE = 3
 
+# Each command's module, imported only when the command runs (or `--help` lists them all), so
+# `recalld search` does not pay for the imports of `serve`, `export` or `mcp` (issue 20).
+COMMANDS = {
+    "serve": "service:serve",
+    "search": "search:search",
+    "remember": "search:remember",
+    "get": "search:get",
+    "forget": "search:forget",
+    "unforget": "browse:unforget",
+    "list": "browse:list_",
+    "edit": "memories:edit",
+    "history": "memories:history",
+    "link": "memories:link",
+    "ingest": "ingest:ingest",
+    "jobs": "jobs:jobs",
+    "sources": "ingest:sources",
+    "status": "admin:status",
+    "calibrate": "admin:calibrate",
+    "errors": "admin:errors",
+    "check": "admin:check",
+    "config": "admin:config",
+    "export": "transfer:export",
+    "import": "transfer:import_",
+    "mcp": "mcp_command:mcp",
+    "service": "service:service",
+    "models": "models:models",
+    "reindex": "models:reindex",
+    "migrate": "migrate:migrate",
+    "agent": "agent:agent",
+    "context": "agent:context",
+}
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class LazyGroup(click.Group):
+    """A group whose commands in `COMMANDS` are imported on first use (click's documented
+    lazy-loading pattern); commands added with `add_command` work as usual."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        command = super().get_command(ctx, cmd_name)
+        if command is None and cmd_name in COMMANDS:
+            module, _, name = COMMANDS[cmd_name].partition(":")
+            command = getattr(importlib.import_module(f"recalld.cli.{module}"), name)
+            assert isinstance(command, click.Command)
+            self.add_command(command, cmd_name)
+        return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="recalld")
 def cli() -> None:
     """recalld: local-first long-term memory for AI assistants, editors and agents.
 
     Start the daemon with `recalld serve`; then search, remember and ingest from here.
     """
-
-
-for command in (
-    serve,
-    search,
-    remember,
-    get,
-    forget,
-    unforget,
-    list_,
-    edit,
-    history,
-    link,
-    ingest,
-    jobs,
-    sources,
-    status,
-    calibrate,
-    errors,
-    check,
-    config,
-    export,
-    import_,
-    mcp,
-    service,
-    models,
-    reindex,
-    migrate,
-    agent,
-    context,
-):
-    cli.add_command(command)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

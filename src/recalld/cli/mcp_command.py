@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import sys
@@ -11,7 +10,6 @@ from pathlib import Path
 import click
 
 from recalld.cli.common import load, settings_options
-from recalld.client import AsyncClient
 from recalld.config import request_settings, socket_candidates
 
 
@@ -31,7 +29,11 @@ def mcp(log_level: str, sets: tuple[str, ...], config_file: Path | None) -> None
     logging.basicConfig(
         level=log_level.upper(), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
     )
-    # Imported here: the mcp package (pydantic, starlette) is slow to import.
+    # Imported here: the mcp package (pydantic, starlette) is slow to import, and asyncio
+    # would slow every other command's start.
+    import asyncio
+
+    from recalld.client.aio import AsyncClient
     from recalld.mcp.adapter import serve_stdio
 
     loaded = load(config_file, sets)

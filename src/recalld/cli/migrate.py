@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,6 +38,8 @@ def migrate(source: Path, url: str, isolate_users: bool, vector_index: str, as_j
     """Copy a SQLite store into an empty PostgreSQL database, vectors included, and verify
     that every table has the same number of rows on both sides. Stop the daemon first."""
     # Imported only here: the store layer pulls numpy, sqlite-vec and psycopg.
+    import asyncio
+
     from recalld.storage.pg.migrate import migrate as run
 
     def progress(table: str, count: int) -> None:

@@ -8,8 +8,22 @@ Both speak the socket protocol (`recalld.protocol`) and raise the daemon's error
 the daemon, the model, numpy or markitdown, so they start fast.
 """
 
-from recalld.client.aio import AsyncClient
+from typing import TYPE_CHECKING, Any
+
 from recalld.client.base import error_from_object
 from recalld.client.sync import Client
 
+if TYPE_CHECKING:
+    from recalld.client.aio import AsyncClient
+
 __all__ = ["AsyncClient", "Client", "error_from_object"]
+
+
+def __getattr__(name: str) -> Any:
+    # AsyncClient is imported on first use: asyncio (and ssl with it) costs a blocking client
+    # such as `recalld search` ~50 ms of its start-up.
+    if name == "AsyncClient":
+        from recalld.client.aio import AsyncClient
+
+        return AsyncClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

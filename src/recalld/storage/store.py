@@ -304,23 +304,26 @@ class Store:
         async with self.reading() as conn:
             return await fn(conn)
 
-    async def write(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+    async def write(self, fn: Callable[[Any], Awaitable[T]], *, counters_only: bool = False) -> T:
         """Run `fn(conn)` on the writer connection inside one `BEGIN IMMEDIATE` transaction.
+
+        `counters_only`: the write changes only use counters (retrieval, access), so the
+        commit leaves `generation`, and with it the searcher's term-frequency cache, alone.
 
         A cancelled caller does not cut the transaction short: it runs on to its COMMIT or
         ROLLBACK in its own task, so the writer connection is never left inside a transaction
         (which would make every later write fail).
         """
-        task = asyncio.ensure_future(self._transaction(fn))
+        task = asyncio.ensure_future(self._transaction(fn, not counters_only))
         task.add_done_callback(_observe)
         return await asyncio.shield(task)
 
-    async def _transaction(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+    async def _transaction(self, fn: Callable[[Any], Awaitable[T]], bump: bool = True) -> T:
         async with self._write_lock:
             if self.gone is not None:
                 raise self.gone
             try:
-                result = await self._commit(fn)
+                result = await self._commit(fn, bump)
             except OperationalError as exc:
                 if not is_disk_full(exc):
                     raise
@@ -335,7 +338,7 @@ class Store:
             await self._check_files()
             return result
 
-    async def _commit(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+    async def _commit(self, fn: Callable[[Any], Awaitable[T]], bump: bool) -> T:
         await self._writer.execute("BEGIN IMMEDIATE")
         try:
             result = await fn(self._writer)
@@ -350,7 +353,8 @@ class Store:
                 await self._writer.execute("ROLLBACK")
             raise
         self.vectors.commit()
-        self.generation += 1
+        if bump:
+            self.generation += 1
         return result
 
     def _foreign_write(self) -> None:

@@ -256,11 +256,12 @@ class PgStore(Store):
         async with self.reading() as conn:
             return await fn(conn)
 
-    async def _transaction(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+    async def _transaction(self, fn: Callable[[Any], Awaitable[T]], bump: bool = True) -> T:
         """Run `fn(conn)` inside one transaction; it commits when `fn` returns (`Store.write`
         runs this, shielded from its caller's cancellation)."""
         async with self._write_lock, self._pool.connection() as conn:
             async with conn.transaction():
                 result = await fn(PgConn(conn, self.identity, self.dimension))
-            self._commits += 1
+            if bump:
+                self._commits += 1
             return result
