@@ -23,7 +23,8 @@ async def test_status(daemon: Running) -> None:
     assert info["socket"] == str(daemon.socket)
     assert info["drop_folder"] == str(daemon.home / "data" / "drop")
     assert (daemon.home / "data" / "drop").is_dir()
-    assert set(info["queues"]) == {"events", "jobs", "scans", "in_flight", "retrying"}
+    assert set(info["queues"]) == {"events", "jobs", "scans", "in_flight", "retrying", "no_space"}
+    assert info["writes"] == {"ok": True, "reason": None, "message": None}
     assert info["counts"]["documents"] == 0 and info["errors"] == 0
 
 

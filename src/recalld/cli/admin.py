@@ -73,13 +73,27 @@ def status(client: Client, as_json: bool) -> None:
                 (
                     "pending",
                     f"{info['pending']} (events {queues['events']}, jobs {queues['jobs']}, "
-                    f"scans {queues['scans']}, in flight {queues['in_flight']})",
+                    f"scans {queues['scans']}, in flight {queues['in_flight']}"
+                    + (
+                        f", waiting for disk space {queues['no_space']}"
+                        if queues.get("no_space")
+                        else ""
+                    )
+                    + ")",
                 ),
+                *_writes_row(info.get("writes")),
                 *_job_rows(info.get("jobs", [])),
             ],
         )
 
     emit(info, as_json, render)
+
+
+def _writes_row(writes: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """A `writes` row only when the store refuses them (disk full, files changed)."""
+    if not writes or writes.get("ok", True):
+        return []
+    return [("writes", f"REFUSED: {writes['message']}")]
 
 
 def fusion_line(tuning: dict[str, Any] | None, self_tune: bool) -> str:

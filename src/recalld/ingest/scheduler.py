@@ -35,7 +35,13 @@ from typing import Any
 
 from recalld.chunkers import unsupported_type
 from recalld.config import PrivacySettings
-from recalld.errors import EmbeddingError, IngestError, NotFoundError, RecalldError
+from recalld.errors import (
+    EmbeddingError,
+    IngestError,
+    NotFoundError,
+    RecalldError,
+    StoreFullError,
+)
 from recalld.ingest.admission import IGNORE_FILES, Admission, Scope
 from recalld.ingest.pipeline import (
     SKIPPED,
@@ -58,6 +64,10 @@ _MAX_DOCUMENTS = 10_000_000
 MAX_REPORTED_ERRORS = 20
 RETRY_FIRST_S = 5.0
 RETRY_MAX_S = 300.0
+# While the disk is full, a probe write of a megabyte is tried this often; the files waiting
+# for space are queued again as soon as one succeeds.
+SPACE_PROBE_S = 5.0
+SPACE_PROBE_BYTES = 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +93,7 @@ class BatchReport:
     moved: int = 0
     chunks: int = 0
     embedded: int = 0
-    retrying: int = 0  # embedding failed; the file is retried later
+    retrying: int = 0  # embedding failed or the disk is full; the file is retried later
     refused: int = 0  # named explicitly but kept out (the secret deny-list)
     skipped: int = 0  # no chunker takes them: not errors, not retried until they change
     skipped_types: dict[str, int] = field(default_factory=dict)  # by file type
@@ -204,6 +214,18 @@ def _unchanged(doc: Document | None, mtime: float, size: int) -> bool:
     )
 
 
+async def _claim_space(conn: Any) -> None:
+    # Committed, so SQLite must find the pages on disk (a rolled-back write never does).
+    await conn.execute(
+        "INSERT OR REPLACE INTO meta (key, value) VALUES ('space_probe', zeroblob(?))",
+        (SPACE_PROBE_BYTES,),
+    )
+
+
+async def _release_space(conn: Any) -> None:
+    await conn.execute("DELETE FROM meta WHERE key = 'space_probe'")
+
+
 class Scheduler:
     """Debounces changes, reconciles folders and feeds the Ingestor from a bounded queue.
 
@@ -253,6 +275,9 @@ class Scheduler:
         # Files whose embedding failed (endpoint down): retried with back-off, never dropped.
         self._retry_delay: dict[Path, float] = {}
         self._retry_timers: dict[Path, asyncio.TimerHandle] = {}
+        # Files a full disk kept out: pending until a write succeeds again, never dropped.
+        self._no_space: set[Path] = set()
+        self._no_space_wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -298,6 +323,7 @@ class Scheduler:
             "scans": self._scans.qsize() + self._scanning,
             "in_flight": self._in_flight,
             "retrying": len(self._retry_timers),
+            "no_space": len(self._no_space),
         }
 
     @property
@@ -318,6 +344,30 @@ class Scheduler:
             self.notify(path, deleted=False)
 
         self._retry_timers[path] = asyncio.get_running_loop().call_later(delay, fire)
+
+    def _wait_for_space(self, path: Path) -> None:
+        """Keep a file the full disk refused; it is queued again once writes succeed."""
+        if not self._no_space:
+            logger.warning("the disk is full: files wait for space, none is dropped")
+        self._no_space.add(path)
+        self._no_space_wake.set()
+
+    async def _space_loop(self) -> None:
+        while True:
+            await self._no_space_wake.wait()
+            await asyncio.sleep(SPACE_PROBE_S)
+            try:
+                # Room for a megabyte: a tiny probe would fit where no document does, and
+                # every waiting file would be read and embedded again only to fail.
+                await self.ingestor.store.write(_claim_space)
+                await self.ingestor.store.write(_release_space)
+            except StoreFullError:
+                continue
+            paths, self._no_space = self._no_space, set()
+            self._no_space_wake.clear()
+            logger.info("the disk has space again: ingesting %d files that waited", len(paths))
+            for path in paths:
+                self.notify(path, deleted=False)
 
     async def wait_idle(self) -> None:
         """Wait until nothing is pending."""
@@ -340,12 +390,14 @@ class Scheduler:
                 group.create_task(self._debounce_loop(), name="recalld-debounce"),
                 group.create_task(self._scan_loop(), name="recalld-scan"),
                 group.create_task(self._work_loop(), name="recalld-ingest"),
+                group.create_task(self._space_loop(), name="recalld-space"),
             ]
             await stop.wait()
             loops[1].cancel()  # an unfinished scan is redone at the next start
             for timer in self._retry_timers.values():
                 timer.cancel()  # files waiting to retry are found again at the next start
             self._retry_timers.clear()
+            self._no_space.clear()  # not stored, so the next start's reconcile finds them
             for path, (deleted, _, _) in list(self._pending.items()):
                 self._pending.pop(path, None)
                 with contextlib.suppress(asyncio.QueueFull):
@@ -466,6 +518,10 @@ class Scheduler:
             try:
                 report = await self.process(batch)
                 self.totals.add(report)
+            except StoreFullError:
+                # A deletion, a move or an error record found no space: the whole batch waits.
+                for job in batch:
+                    self._wait_for_space(job.path)
             except Exception:
                 # process() already isolates files; this is a bug, not a bad file.
                 logger.exception("ingest batch of %d files failed", len(batch))
@@ -724,6 +780,9 @@ class Scheduler:
                 elif isinstance(exc, EmbeddingError):
                     report.retrying += 1
                     self._retry_later(item.path)
+                elif isinstance(exc, StoreFullError):
+                    report.retrying += 1
+                    self._wait_for_space(item.path)
                 else:
                     self._failed[item.source] = (item.mtime, item.size)
                     await self._note_failure(report, item.source)
