@@ -145,9 +145,7 @@ async def _start(ctx: Context, project: str | None, budget: int, seen: set[int])
         ("Recent decisions:", decisions),
     ]
     title = f"From recalld (long-term memory) for {name}:"
-    count = memory.embedder.count_tokens
-    text, used = await asyncio.to_thread(pack_sections, sections, title, budget, count)
-    return _result("start", text, used, budget, count)
+    return await _packed("start", sections, title, budget, memory.embedder.count_tokens)
 
 
 async def _prompt(
@@ -155,7 +153,7 @@ async def _prompt(
 ) -> dict[str, Any]:
     memory = ctx.memory
     if not prompt.strip():
-        return _result("prompt", "", [], budget, memory.embedder.count_tokens)
+        return await _packed("prompt", [], "", budget, memory.embedder.count_tokens)
     result = await memory.search(prompt, limit=PROMPT_HITS, filters=Filters(project=project))
     searcher = memory.searcher
     tau = searcher.settings.tau or searcher.calibration.tau
@@ -174,19 +172,27 @@ async def _prompt(
             lambda: [c for c in confident if not elsewhere(c.source, project)]
         )
     title = "From recalld (long-term memory), related to this prompt:"
-    count = memory.embedder.count_tokens
-    text, used = await asyncio.to_thread(pack_sections, [("", confident)], title, budget, count)
-    text = "\n".join(line for line in text.split("\n") if line)  # no empty heading line
-    return _result("prompt", text, used, budget, count)
+    return await _packed("prompt", [("", confident)], title, budget, memory.embedder.count_tokens)
 
 
-def _result(
-    event: str, text: str, used: list[Chunk], budget: int, count: Callable[[str], int]
+async def _packed(
+    event: str,
+    sections: list[tuple[str, list[Chunk]]],
+    title: str,
+    budget: int,
+    count: Callable[[str], int],
 ) -> dict[str, Any]:
+    """Pack and count in a thread (tokenizing is blocking work) and build the result."""
+
+    def work() -> tuple[str, list[Chunk], int]:
+        text, used = pack_sections(sections, title, budget, count)
+        return text, used, count(text) if text else 0
+
+    text, used, tokens = await asyncio.to_thread(work)
     return {
         "event": event,
         "text": text,
-        "tokens": count(text) if text else 0,
+        "tokens": tokens,
         "budget_tokens": budget,
         "items": [{"id": c.id, "source": c.source, "granularity": c.granularity} for c in used],
     }
