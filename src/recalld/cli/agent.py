@@ -241,6 +241,11 @@ def _run(plan: list[Change], dry_run: bool, as_json: bool, installing: bool, tit
             click.echo(f"{title}: nothing to change.")
         for change in changed:
             click.echo(f"{title}: {verb} {change.path}")
+        if installing and not dry_run:
+            click.echo(
+                f"Restart {title} to load it; the daemon must be running "
+                "(`recalld serve`, or `recalld service install` to start it with your session)."
+            )
 
     emit(result, as_json, render)
 
