@@ -17,7 +17,7 @@ from recalld.daemon.params import InvalidParams, Params
 from recalld.daemon.sources import source_dict
 from recalld.errors import NotFoundError
 from recalld.ingest.forgotten import ForgottenPaths, fixed_prefix, normalise
-from recalld.storage import forgotten, listing, readers
+from recalld.storage import forgotten, listing, readers, writer
 from recalld.types import KINDS, MEMORY_TYPES
 
 if TYPE_CHECKING:
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 LIST_WHAT = ("documents", "memories", "sources")
 MAX_PAGE = 1000
 SHOWN_SOURCES = 100  # removed sources named in a `forget/path` result
+FORGET_BATCH = 200  # documents removed per transaction
 
 
 async def sources_with_counts(ctx: Context) -> list[dict[str, Any]]:
@@ -93,10 +94,16 @@ async def forget_path(ctx: Context, params: Params, progress: Progress) -> Any:
     ctx.scheduler.admission.forgotten.add(pattern)
     only = ForgottenPaths([pattern])
     prefix = fixed_prefix(pattern)
+    docs = await store.read(lambda c: readers.documents(c, prefix, 10**9))
+    matched = [doc.source for doc in docs if only.match(doc.source)]
     removed: list[str] = []
-    for doc in await store.read(lambda c: readers.documents(c, prefix, 10**9)):
-        if only.match(doc.source) and await ctx.memory.forget(doc.source):
-            removed.append(doc.source)
+    for start in range(0, len(matched), FORGET_BATCH):
+        batch = matched[start : start + FORGET_BATCH]
+
+        async def drop(conn: Any, batch: list[str] = batch) -> list[str]:
+            return [s for s in batch if await writer.delete_document(conn, s)]
+
+        removed += await store.write(drop)
     return {
         "pattern": pattern,
         "forgotten": len(removed),
