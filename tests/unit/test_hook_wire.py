@@ -45,3 +45,33 @@ def test_round_trips_like_json(value: object) -> None:
 def test_malformed_is_a_value_error(text: str) -> None:
     with pytest.raises(ValueError):
         wire.loads(text)
+
+
+@pytest.mark.parametrize(
+    ("payload", "why"),
+    [
+        (b'{"hook_event_name": "SessionStart", "cwd": "/"}', "daemon unavailable"),
+        (b"not json", "payload is not JSON"),
+        (b'{"hook_event_name": "UserPromptSubmit"}', "daemon unavailable"),
+        (b'{"hook_event_name": "SessionStart"}', "budget 0"),
+    ],
+)
+def test_verbose_says_why_nothing_was_printed(payload: bytes, why: str, tmp_path) -> None:
+    budget = ["--budget", "0"] if why == "budget 0" else []
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "recalld",
+            "context",
+            "--verbose",
+            "--socket",
+            str(tmp_path / "x"),
+            *budget,
+        ],
+        input=payload,
+        capture_output=True,
+        check=False,
+    )
+    assert proc.returncode == 0 and proc.stdout == b""
+    assert why in proc.stderr.decode()

@@ -51,6 +51,7 @@ EVENTS: dict[str, dict[str, str]] = {
 }
 ANY_HOST = {name: event for events in EVENTS.values() for name, event in events.items()}
 DEFAULT_BUDGET = 800
+FLAGS = frozenset({"verbose"})  # options without a value
 TIMEOUT_S = 2.0  # for the whole exchange with the daemon
 STDIN_TIMEOUT_S = 2.0
 MAX_PAYLOAD = 4 * 1024 * 1024
@@ -71,7 +72,9 @@ def _options(argv: Sequence[str]) -> dict[str, str]:
         if not arg.startswith("--"):
             raise _Skip(f"unexpected argument {arg!r}")
         name, eq, value = arg[2:].partition("=")
-        if not eq:
+        if not eq and name in FLAGS:
+            value = "1"
+        elif not eq:
             if not args:
                 raise _Skip(f"--{name} needs a value")
             value = args.pop(0)
