@@ -20,7 +20,7 @@ import fcntl
 import logging
 import os
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, TypeVar
@@ -343,12 +343,23 @@ class AsyncMemory:
         chunk = await self.get(chunk_id)
         return await self.forget(chunk.source)
 
-    async def calibrate(self, *, queries: int = 200, seed: int = 0) -> selftune.StoreTuning:
+    async def calibrate(
+        self,
+        *,
+        queries: int = 200,
+        seed: int = 0,
+        progress: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
+    ) -> selftune.StoreTuning:
         """Choose the store's fusion per content kind from its own content, record it in the
         store and search with it (when `search.self_tune` is on); see retrieval/selftune.py."""
         async with self._calibrating:
             tuning = await selftune.calibrate(
-                self.store, self.embedder, self.settings.search, queries=queries, seed=seed
+                self.store,
+                self.embedder,
+                self.settings.search,
+                queries=queries,
+                seed=seed,
+                progress=progress,
             )
             await selftune.record(self.store, tuning)
             self.searcher.tuning = tuning

@@ -53,7 +53,8 @@ def test_fresh_store_calibrates_in_the_background_without_blocking_searches(
     tuning = status["calibration"]
     assert status["self_tune"] is True
     assert tuning["kinds"]["text"]["family"] in tuning["kinds"]["text"]["scores"]
-    assert tuning["chunks"] == status["counts"]["chunks"]
+    # It may have started during the ingest: it is redone only when the store grew by 20 %.
+    assert 50 <= tuning["chunks"] <= status["counts"]["chunks"]
     # Searches were answered, promptly, while the calibration ran.
     ran_from, ran_to = tuning["at"] - tuning["seconds"], tuning["at"]
     during = [(a, b) for a, b in searches if a >= ran_from and b <= ran_to]

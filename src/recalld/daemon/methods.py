@@ -329,7 +329,7 @@ async def status(ctx: Context, params: Params, progress: Progress) -> Any:
 async def calibrate(ctx: Context, params: Params, progress: Progress) -> Any:
     """Calibrate the store's fusion on its own content now (retrieval/selftune.py)."""
     params.done()
-    return (await ctx.memory.calibrate()).as_dict()
+    return (await ctx.memory.calibrate(progress=progress)).as_dict()
 
 
 async def errors_list(ctx: Context, params: Params, progress: Progress) -> Any:

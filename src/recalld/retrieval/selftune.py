@@ -29,7 +29,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -54,6 +54,7 @@ MIN_CHUNKS = 50  # a kind with fewer chunks keeps the prior
 MIN_QUERIES = 20  # fewer usable pseudo-queries than this: the prior
 CUTOFF = 10  # MRR@10
 EMBED_BATCH = 16
+PROGRESS_EVERY = 20
 
 # The settings a calibration may choose; everything else stays as configured.
 FUSION_FIELDS = (
@@ -376,6 +377,7 @@ async def calibrate(
     *,
     queries: int = 200,
     seed: int = 0,
+    progress: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
 ) -> StoreTuning:
     """Measure every family on the store's own pseudo-queries and pick one per kind.
 
@@ -385,6 +387,8 @@ async def calibrate(
         base: The configured search settings; their fusion family is the prior.
         queries: Pseudo-queries per kind (each costs one embedding and both routes).
         seed: Sampling seed (the same store and seed give the same choice).
+        progress: Told `{"kind", "done", "total"}` every `PROGRESS_EVERY` pseudo-queries (the
+            socket method forwards it, which keeps a waiting client's read alive).
     """
     started = time.perf_counter()
     by_kind = await store.read(readers.chunk_ids_by_kind)
@@ -408,9 +412,11 @@ async def calibrate(
             batch = [q.text for q in drawn[start : start + EMBED_BATCH]]
             vectors.extend(await asyncio.to_thread(embedder.embed, batch))
         pool = base.candidates
-        candidates = [
-            await _candidates(store, q, vectors[i], pool, total) for i, q in enumerate(drawn)
-        ]
+        candidates = []
+        for i, query in enumerate(drawn):
+            candidates.append(await _candidates(store, query, vectors[i], pool, total))
+            if progress is not None and (i + 1) % PROGRESS_EVERY == 0:
+                await progress({"kind": kind, "done": i + 1, "total": len(drawn)})
         scores = await asyncio.to_thread(score_families, candidates, base)
         chosen = choose(scores, prior)
         kinds[kind] = KindChoice(
