@@ -28,7 +28,8 @@ from typing import Any, TypeVar
 from recalld import private
 from recalld.config import Settings
 from recalld.embeddings.base import Embedder, load_embedder
-from recalld.errors import NotFoundError, QueryError, RecalldError
+from recalld.errors import IngestError, NotFoundError, QueryError, RecalldError
+from recalld.ingest.admission import secret_file
 from recalld.ingest.facts_llm import fact_extractor
 from recalld.ingest.pipeline import Ingestor, IngestReport
 from recalld.ingest.reindex import Reindexer
@@ -201,9 +202,24 @@ class AsyncMemory:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def add_file(self, path: Path) -> IngestReport:
-        """Ingest a file (skipped when its content is already stored)."""
-        return await self.ingestor.ingest_file(path)
+    async def add_file(self, path: Path, *, allow_secrets: bool = False) -> IngestReport:
+        """Ingest a file (skipped when its content is already stored).
+
+        As with `recalld ingest FILE`, a secret-bearing file (`.env`, a private key, ...; see
+        `ingest.admission`) is refused and secrets in the text are redacted, unless
+        `allow_secrets`.
+
+        Raises:
+            IngestError: The file is on the deny-list, or cannot be read or parsed.
+        """
+        if not allow_secrets and self.settings.privacy.deny_secret_files:
+            if await asyncio.to_thread(secret_file, path):
+                raise IngestError(
+                    f"{path} is a secret-bearing file (deny-list); pass allow_secrets=True "
+                    "to ingest it",
+                    data={"path": str(path), "reason": "deny-list"},
+                )
+        return await self.ingestor.ingest_file(path, redact=not allow_secrets)
 
     async def add_text(self, text: str, *, source: str, name: str = "text.md") -> IngestReport:
         """Ingest text as a document under `source`; `name`'s extension picks the format."""
@@ -451,9 +467,9 @@ class Memory:
     ) -> None:
         self.close()
 
-    def add_file(self, path: Path) -> IngestReport:
+    def add_file(self, path: Path, *, allow_secrets: bool = False) -> IngestReport:
         """See `AsyncMemory.add_file`."""
-        return self._run(self._memory.add_file(path))
+        return self._run(self._memory.add_file(path, allow_secrets=allow_secrets))
 
     def add_text(self, text: str, *, source: str, name: str = "text.md") -> IngestReport:
         """See `AsyncMemory.add_text`."""

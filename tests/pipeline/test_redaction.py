@@ -14,6 +14,7 @@ from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.embeddings.base import HashEmbedder
 from recalld.embeddings.openai_compat import RetryPolicy
+from recalld.errors import IngestError
 from recalld.ingest.facts_llm import CACHE_FILE, LLMFactExtractor
 from recalld.ingest.pipeline import Ingestor
 from recalld.storage import readers
@@ -118,3 +119,14 @@ async def test_llm_fact_extractor_never_sees_a_value(
     assert sent and all(OPENAI not in body for body in sent)
     assert any("[REDACTED:openai_key]" in body for body in sent)
     assert OPENAI not in await all_text(memory)
+
+
+async def test_add_file_refuses_a_secret_file_unless_allowed(
+    memory: AsyncMemory, tmp_path: Path
+) -> None:
+    env = tmp_path / ".env"
+    env.write_text(f"GITHUB_TOKEN={GITHUB}\n")
+    with pytest.raises(IngestError, match="deny-list"):
+        await memory.add_file(env)
+    report = await memory.add_file(env, allow_secrets=True)
+    assert report.status == "ingested" and GITHUB in await all_text(memory)

@@ -254,3 +254,19 @@ async def test_counter_writes_leave_the_generation_alone(store: Store):
     assert chunk.retrieval_count == 1
     await put(store, "h.md", ["alpha two"])
     assert commits() > generation
+
+
+async def test_redacted_chunks_and_skipped_files_are_counted(store: Store):
+    """`status` and `sources list` read these on both backends (issue 16)."""
+    await put(store, "/p/a.md", ["key [REDACTED:aws_access_key] here", "nothing"])
+    marked = new_chunks(["token [REDACTED:github_token]"], meta={"redacted": [{"type": "x"}]})
+    doc = writer.NewDocument("/p/b.md", "text", "markdown", "h")
+    await store.write(lambda c: writer.replace_document(c, doc, marked))
+    # The word alone (a document about redaction) is not a redaction.
+    await put(store, "/p/c.md", ["the report was redacted before release"])
+    for source, file_type in (("/p/x.gz", ".gz"), ("/p/y.gz", ".gz"), ("/q/tool", "binary")):
+        skipped = writer.NewDocument(source, "skipped", file_type, f"skipped:{file_type}")
+        await store.write(lambda c, d=skipped: writer.replace_document(c, d, []))
+    assert await store.read(readers.redacted_chunks) == 1
+    assert await store.read(readers.skipped_files) == {".gz": 2, "binary": 1}
+    assert await store.read(lambda c: readers.skipped_files(c, "/p/")) == {".gz": 2}

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import re
+import string
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -44,38 +45,60 @@ class Found:
     end: int
 
 
-# (type, pattern); the value is group "v" when the pattern has one, else the whole match.
-_PROVIDER_RULES: tuple[tuple[str, str], ...] = (
+# (type, pattern, hints); the value is group "v" when the pattern has one, else the whole
+# match. A rule runs only on text holding one of its hints (lower case: in the lowered text):
+# most text holds none, and a substring test is far cheaper than a regex scan.
+_PROVIDER_RULES: tuple[tuple[str, str, tuple[str, ...]], ...] = (
     (
         "private_key",
         r"-----BEGIN[ A-Z0-9]{0,30}PRIVATE KEY(?: BLOCK)?-----"
         # Without its END line (a truncated paste), the key's base64 lines that follow.
         r"(?:[\s\S]*?-----END[ A-Z0-9]{0,30}PRIVATE KEY(?: BLOCK)?-----"
         r"|(?:[ \t]*\r?\n[ \t]*[A-Za-z0-9+/=]{16,})*)",
+        ("PRIVATE KEY",),
     ),
-    ("aws_access_key", r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}\b"),
-    ("github_token", r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,255}\b"),
-    ("github_token", r"\bgithub_pat_[A-Za-z0-9_]{22,255}\b"),
-    ("gitlab_token", r"\bglpat-[A-Za-z0-9_-]{20,}\b"),
-    ("slack_token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}"),
+    (
+        "aws_access_key",
+        r"\b(?:A3T[A-Z0-9]|AKIA|ASIA|ABIA|ACCA)[A-Z2-7]{16}\b",
+        ("A3T", "AKIA", "ASIA", "ABIA", "ACCA"),
+    ),
+    (
+        "github_token",
+        r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{36,255}\b",
+        ("ghp_", "gho_", "ghu_", "ghs_", "ghr_"),
+    ),
+    ("github_token", r"\bgithub_pat_[A-Za-z0-9_]{22,255}\b", ("github_pat_",)),
+    ("gitlab_token", r"\bglpat-[A-Za-z0-9_-]{20,}\b", ("glpat-",)),
+    ("slack_token", r"\bxox[abposr]-[A-Za-z0-9-]{10,}", ("xox",)),
     (
         "slack_webhook",
         r"https://hooks\.slack\.com/(?:services|workflows)/[A-Za-z0-9+/_-]{20,}",
+        ("hooks.slack.com",),
     ),
-    ("anthropic_key", r"\bsk-ant-[A-Za-z0-9_-]{20,}"),
-    ("openai_key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"),
-    ("stripe_key", r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"),
-    ("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}\b"),
-    ("jwt", r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"),
+    ("anthropic_key", r"\bsk-ant-[A-Za-z0-9_-]{20,}", ("sk-ant-",)),
+    ("openai_key", r"\bsk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}", ("sk-",)),
+    ("stripe_key", r"\b(?:sk|rk)_(?:live|test)_[A-Za-z0-9]{16,}", ("_live_", "_test_")),
+    ("google_api_key", r"\bAIza[0-9A-Za-z_-]{35}\b", ("AIza",)),
+    (
+        "jwt",
+        r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}",
+        ("eyJ",),
+    ),
     (
         "aws_secret_key",
         r"(?i)aws_?secret_?(?:access_?)?key\W{0,4}[:=]\W{0,3}(?P<v>[A-Za-z0-9/+]{40})\b",
+        ("aws",),
     ),
-    ("url_password", r"\b[a-z][a-z0-9+.-]{1,20}://[^\s:/@]{1,100}:(?P<v>[^\s@/]{1,200})@"),
+    (
+        "url_password",
+        r"\b[a-z][a-z0-9+.-]{1,20}://[^\s:/@]{1,100}:(?P<v>[^\s@/]{1,200})@",
+        ("://",),
+    ),
     (
         "bearer_token",
         r"(?i)(?:\bauthorization\W{0,4}(?:bearer|basic|token)|\bbearer)\s+"
         r"(?P<v>[A-Za-z0-9._~+/=-]{16,})",
+        ("bearer", "authorization"),
     ),
 )
 
@@ -84,8 +107,12 @@ _KEYWORDS = (
     r"pass(?:word|wd|phrase)|pwd|secret(?:[_-]?key)?|token|api[_-]?key|apikey|"
     r"access[_-]?key(?:[_-]?id)?|private[_-]?key|credentials?|auth[_-]?key"
 )
+# Tried only where `_KEYWORD_START` finds a keyword's first letters in the lowered text, and
+# starting at the keyword (the rest of the name is read backwards from there): one
+# case-insensitive pattern tried at every word scanned text ten times slower.
+_KEYWORD_START = re.compile(r"pass|pwd|secret|token|api|access|private|credential|auth")
 _ASSIGNMENT = re.compile(
-    rf"(?i)\b(?P<key>[a-z0-9_.-]*?(?:{_KEYWORDS}))\b\\?[\"'`]?[ \t]*(?::=|=>|=|:)[ \t]*"
+    rf"(?i)(?P<kw>{_KEYWORDS})\b\\?[\"'`]?[ \t]*(?::=|=>|=|:)[ \t]*"
     r"(?:(?P<q>\\?[\"'`])(?P<qv>[^\"'`\n\\]{3,200})\\?(?P=q)"
     r"|(?P<uv>[^\s\"'`\\,;]{4,200}))"
 )
@@ -98,9 +125,11 @@ _PLAIN_NAME = re.compile(r"[A-Za-z_]+")  # a name without digits: a variable, a 
 # Not a secret: `xxx`, `${VAR}`, `{{ var }}`, `%(name)s`, `<your key>`, `***`, a colour.
 _PLACEHOLDER = re.compile(r"^(.)\1+$|\$\{|\{\{|%\(|<[^>]*>|\*{3,}|^#[0-9A-Fa-f]{3,8}$")
 
-_CANDIDATE = re.compile(r"[A-Za-z0-9+/=_-]{32,}")
+_CANDIDATE = re.compile(r"[A-Za-z0-9+/_-]{32,}={0,2}")  # base64(url), padding at the end
 ENTROPY_LIMIT = 4.5
-_PROVIDERS = [(kind, re.compile(pattern)) for kind, pattern in _PROVIDER_RULES]
+_PROVIDERS = [(kind, re.compile(pattern), hints) for kind, pattern, hints in _PROVIDER_RULES]
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")
 
 
 def shannon_entropy(text: str) -> float:
@@ -111,8 +140,16 @@ def shannon_entropy(text: str) -> float:
     return -sum(n / total * math.log2(n / total) for n in Counter(text).values())
 
 
-def _assignment_value(match: re.Match[str]) -> tuple[int, int] | None:
-    key = match.group("key")
+def _name_at(text: str, match: re.Match[str]) -> str:
+    """The whole name whose keyword `match` found: `DB_PASSWORD` for `PASSWORD`."""
+    start = match.start()
+    while start > 0 and text[start - 1] in _NAME_CHARS:
+        start -= 1
+    return text[start : match.end("kw")]
+
+
+def _assignment_value(text: str, match: re.Match[str]) -> tuple[int, int] | None:
+    key = _name_at(text, match)
     if match.group("qv") is not None:
         value, span = match.group("qv"), match.span("qv")
     else:
@@ -153,6 +190,37 @@ def _random_looking(word: str) -> bool:
     )
 
 
+# A provider rule is run only near its hints: from _BEHIND characters before one to _REACH
+# after it (a key block: _KEY_BLOCK_REACH), the longest value a rule takes with room to spare.
+_BEHIND = 40
+_REACH = 2048
+_KEY_BLOCK_REACH = 32768
+
+
+def _lower(text: str) -> str:
+    """`text` in lower case with the same length, so offsets carry over."""
+    lowered = text.lower()
+    return lowered if len(lowered) == len(text) else text.translate(_ASCII_LOWER)
+
+
+def _windows(haystack: str, hints: Sequence[str], ahead: int) -> list[tuple[int, int]]:
+    """The stretches of text around each occurrence of a hint, overlapping ones merged."""
+    spots: list[int] = []
+    for hint in hints:
+        at = haystack.find(hint)
+        while at != -1:
+            spots.append(at)
+            at = haystack.find(hint, at + 1)
+    merged: list[tuple[int, int]] = []
+    for at in sorted(spots):
+        start, end = max(0, at - _BEHIND), min(len(haystack), at + ahead)
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
 def find_secrets(text: str, *, entropy: bool = True) -> list[Found]:
     """Every secret value in `text`, in order, without overlaps (the first rule wins)."""
     found: list[Found] = []
@@ -163,18 +231,35 @@ def find_secrets(text: str, *, entropy: bool = True) -> list[Found]:
             taken.append((start, end))
             found.append(Found(kind, start, end))
 
-    for kind, pattern in _PROVIDERS:
-        for match in pattern.finditer(text):
-            group = "v" if "v" in pattern.groupindex else 0
-            add(kind, *match.span(group))
-    for match in _ASSIGNMENT.finditer(text):
-        if (span := _assignment_value(match)) is not None:
-            add("password" if "pass" in match.group("key").lower() else "secret", *span)
+    lowered = _lower(text)
+    for kind, pattern, hints in _PROVIDERS:
+        haystack = lowered if hints[0].islower() else text
+        ahead = _KEY_BLOCK_REACH if kind == "private_key" else _REACH
+        for start, end in _windows(haystack, hints, ahead):
+            for match in pattern.finditer(text, start, end):
+                group = "v" if "v" in pattern.groupindex else 0
+                add(kind, *match.span(group))
+    for hit in _KEYWORD_START.finditer(lowered):
+        assigned = _ASSIGNMENT.match(text, hit.start())
+        if assigned is not None and (span := _assignment_value(text, assigned)) is not None:
+            keyword = assigned.group("kw").lower()
+            add("password" if keyword.startswith(("pass", "pwd")) else "secret", *span)
     if entropy:
-        for match in _CANDIDATE.finditer(text):
-            if _random_looking(match.group()):
-                add("high_entropy", *match.span())
+        for candidate in _CANDIDATE.finditer(text):
+            if _random_looking(candidate.group()) and not _in_url_path(text, candidate.start()):
+                add("high_entropy", *candidate.span())
     return sorted(found, key=lambda f: f.start)
+
+
+_URL_START = re.compile(r"[\s\"'<>()\[\]]")
+
+
+def _in_url_path(text: str, at: int) -> bool:
+    """True inside the host or path of a URL (a document id, an image name): a link stays
+    whole. Query values (`?sig=...`) are still looked at."""
+    start = max(0, at - _REACH)
+    words = _URL_START.split(text[start:at])
+    return "://" in words[-1] and "?" not in words[-1]
 
 
 def redact(text: str, *, entropy: bool = True) -> tuple[str, list[Found]]:

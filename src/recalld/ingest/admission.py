@@ -156,6 +156,12 @@ def denied(path: str) -> bool:
     return bool(_DENY.check(path.lstrip(os.sep)))
 
 
+def secret_file(path: Path) -> bool:
+    """True when a file, or what a symlink to it points to, is on the deny-list (blocking)."""
+    absolute = os.path.abspath(path)
+    return denied(absolute) or denied(os.path.realpath(absolute))
+
+
 @dataclass(frozen=True, slots=True)
 class _Spec:
     base: str  # the folder the patterns are relative to, ending in os.sep
@@ -215,12 +221,9 @@ class Admission:
         paths apply), or None."""
         if (forgotten := self.forgotten.refusal(os.path.abspath(path))) is not None:
             return forgotten
-        if allow_secrets or not self.settings.deny_secret_files:
+        if allow_secrets or not self.settings.deny_secret_files or not secret_file(path):
             return None
-        absolute = os.path.abspath(path)
-        if denied(absolute) or denied(os.path.realpath(absolute)):
-            return "a secret-bearing file (deny-list); pass allow_secrets to ingest it"
-        return None
+        return "a secret-bearing file (deny-list); pass allow_secrets to ingest it"
 
     def folder_rules(self, folder: str) -> Rules:
         """The patterns of the ignore files in `folder` (blocking: reads them if changed)."""

@@ -203,7 +203,9 @@ class Ingestor:
         self.embedder = embedder
         self.options = replace(self.options, count_tokens=embedder.count_tokens)
 
-    async def ingest_file(self, path: Path, source: str | None = None) -> IngestReport:
+    async def ingest_file(
+        self, path: Path, source: str | None = None, *, redact: bool = True
+    ) -> IngestReport:
         """Ingest one file, skipping it when its content is already stored.
 
         Raises:
@@ -227,7 +229,9 @@ class Ingestor:
             )
             await self._record_error(source, error)
             raise error from exc
-        return await self.ingest_bytes(source, path.name, data, mtime=mtime, size=size)
+        return await self.ingest_bytes(
+            source, path.name, data, mtime=mtime, size=size, redact=redact
+        )
 
     async def ingest_bytes(
         self,
@@ -237,9 +241,10 @@ class Ingestor:
         *,
         mtime: float | None = None,
         size: int | None = None,
+        redact: bool = True,
     ) -> IngestReport:
         """Ingest content under `source`; `name` (with its extension) picks the format."""
-        reports = await self.ingest_many([(source, name, data, mtime, size)])
+        reports = await self.ingest_many([(source, name, data, mtime, size)], redact=redact)
         return reports[0]
 
     async def ingest_many(

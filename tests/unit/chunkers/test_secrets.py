@@ -39,6 +39,7 @@ KEY_BLOCK = (
         ('{"content": "{\\"api_key\\": \\"abc123def\\"}"}', "secret", "abc123def"),
         ("Authorization: Bearer abcdefghijklmnop1234", "bearer_token", "abcdefghijklmnop1234"),
         (f"blob {RANDOM} end", "high_entropy", RANDOM),
+        (f"https://x.example.com/file?sig={RANDOM}", "high_entropy", RANDOM),
         (f"before\n{KEY_BLOCK}\nafter", "private_key", KEY_BLOCK),
     ],
 )
@@ -69,6 +70,7 @@ def test_finds_and_replaces_the_value_only(line: str, kind: str, value: str) -> 
         "LD_LIBRARY_PATH=/build/reproducible-path/python3.11-3.11.2/debian",
         "someVeryLongCamelCaseIdentifierName2 = 1",
         "https://github.com/python/cpython/blob/785cc6770588de087d09e89a69110af2542be208/Lib",
+        f"see https://docs.example.com/document/d/{RANDOM}/edit for the plan",
     ],
 )
 def test_leaves_ordinary_text_and_code_alone(line: str) -> None:
