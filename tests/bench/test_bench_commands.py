@@ -319,3 +319,14 @@ def test_answerability_threshold_is_chosen_on_the_other_conversations():
     out = answerability_leave_one_out(records)
     assert out["chosen"]["c1"]["threshold"] < 0.15 and out["chosen"]["c2"]["threshold"] < 0.15
     assert out["false_rejection"] == 0.0  # c3's threshold comes from c1 and c2: 0.01 (tie)
+
+
+def test_beir_corpus_limit_keeps_the_queries_it_can_answer(tmp_path: Path):
+    make_beir(tmp_path / "beir")
+    args = ["beir", str(tmp_path / "beir"), "--corpus-limit", "2", "--mode", "bm25", "--json"]
+    args += ["--results", str(tmp_path / "out"), "--set", "embed.model=hash:64"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["documents"] == 2 and report["queries"] == 2
+    assert report["modes"]["bm25"]["queries"] == 2

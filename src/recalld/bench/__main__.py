@@ -149,6 +149,12 @@ def main() -> None:
     help="Keep the store here and reuse it on the next run (unchanged documents "
     "are skipped by hash).",
 )
+@click.option(
+    "--corpus-limit",
+    type=click.IntRange(1),
+    default=None,
+    help="Only the first N documents, and the queries whose judged documents are all in them.",
+)
 @VARIANT_OPTION
 @CALIBRATE_OPTION
 @REPORT_OPTIONS
@@ -161,6 +167,7 @@ def beir(
     store_dir: Path | None,
     specs: tuple[str, ...],
     calibrate: bool,
+    corpus_limit: int | None,
     sets: tuple[str, ...],
     results: Path,
     as_json: bool,
@@ -183,6 +190,7 @@ def beir(
             _overrides(sets),
             _parse_variants(specs),
             calibrate,
+            corpus_limit,
         )
     )
     header = ["mode", "ndcg@10", "recall@10", "recall@100", "mrr@10", "p50 ms", "p95 ms"]

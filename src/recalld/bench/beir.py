@@ -110,6 +110,7 @@ async def run(
     overrides: dict[str, str],
     variants: dict[str, dict[str, Any]] | None = None,
     calibrate: bool = False,
+    corpus_limit: int | None = None,
 ) -> dict[str, Any]:
     """Ingest a BEIR corpus into the store in `workdir` and evaluate every mode.
 
@@ -119,6 +120,11 @@ async def run(
     searches with what it chose.
     """
     corpus, queries, qrels = load_beir(folder, split)
+    if corpus_limit:
+        # The first N documents only, and the queries whose judged documents are all among
+        # them (a smaller collection: fewer distractors, so figures run higher than the whole).
+        corpus = dict(list(corpus.items())[:corpus_limit])
+        qrels = {q: j for q, j in qrels.items() if all(d in corpus for d in j)}
     if limit_queries:
         qrels = dict(list(qrels.items())[:limit_queries])
     settings = bench_settings(workdir, overrides)
@@ -147,6 +153,7 @@ async def run(
         "split": split,
         "model": embedder.model_id,
         "documents": len(corpus),
+        "queries": len(qrels),
         "chunks": counts["chunks"],
         "ingest_seconds": round(ingest_s, 1),
         "overrides": overrides,
