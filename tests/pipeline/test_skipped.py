@@ -68,6 +68,8 @@ async def test_unsupported_files_are_skipped_once_and_never_errors(
         "binary": 1,
         ".sqlite": 1,
     }
+    counts = await memory.store.read(readers.counts)
+    assert counts["documents"] == 1  # the skipped files are counted apart
     prefix = f"{root}{os.sep}"
     assert (await memory.store.read(lambda c: readers.skipped_files(c, prefix)))[".gz"] == 1
     assert await memory.store.read(lambda c: readers.skipped_files(c, "/elsewhere/")) == {}

@@ -380,7 +380,9 @@ async def counts(conn: Any) -> dict[str, int]:
     """Row counts for `status`."""
     rows = await fetchall(
         conn,
-        "SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM chunks), "
+        # Skipped files (kind 'skipped', no chunks) are counted apart: `skipped_files`.
+        "SELECT (SELECT count(*) FROM documents WHERE kind != 'skipped'), "
+        "(SELECT count(*) FROM chunks), "
         "(SELECT count(*) FROM documents WHERE state = 'partial'), (SELECT count(*) FROM errors), "
         "(SELECT count(*) FROM links)",
     )

@@ -294,7 +294,9 @@ async def documents(conn: PgConn, prefix: str = "", limit: int = 1000) -> list[D
 async def counts(conn: PgConn) -> dict[str, int]:
     """Row counts for `status`."""
     rows = await conn.fetch(
-        "SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM chunks), "
+        # Skipped files (kind 'skipped', no chunks) are counted apart: `skipped_files`.
+        "SELECT (SELECT count(*) FROM documents WHERE kind != 'skipped'), "
+        "(SELECT count(*) FROM chunks), "
         "(SELECT count(*) FROM documents WHERE state = 'partial'), (SELECT count(*) FROM errors), "
         "(SELECT count(*) FROM links)",
     )
