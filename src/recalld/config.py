@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from recalld.errors import ConfigError
+from recalld.masking import mask_value
 
 ENV_PREFIX = "RECALLD_"
 
@@ -546,7 +547,9 @@ def settings_as_dict(settings: Settings) -> dict[str, Any]:
             if dataclasses.is_dataclass(value):
                 walk(value, f"{prefix}{f.name}.")
             else:
-                flat[f"{prefix}{f.name}"] = list(value) if isinstance(value, tuple) else value
+                # A URL's password (embed.base_url, a postgresql:// store) is never shown.
+                shown = mask_value(list(value) if isinstance(value, tuple) else value)
+                flat[f"{prefix}{f.name}"] = shown
 
     walk(settings, "")
     return flat

@@ -25,6 +25,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from recalld.masking import mask, mask_value
+
 PROTOCOL_VERSION = 1
 JSONRPC = "2.0"
 
@@ -175,10 +177,11 @@ def result_response(request_id: RequestId, result: Any) -> dict[str, Any]:
 def error_response(
     request_id: RequestId, code: int, message: str, data: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """An error response; `data` is left out when empty."""
-    error: dict[str, Any] = {"code": code, "message": message}
+    """An error response; `data` is left out when empty. A URL's password in the message or
+    the data is masked (`recalld.masking`): errors end up in terminals and logs."""
+    error: dict[str, Any] = {"code": code, "message": mask(message)}
     if data:
-        error["data"] = data
+        error["data"] = mask_value(data)
     return {"jsonrpc": JSONRPC, "id": request_id, "error": error}
 
 

@@ -16,6 +16,7 @@ import click
 from recalld import __version__
 from recalld.cli.jobs import EXIT_INTERRUPTED
 from recalld.errors import DaemonNotRunning, RecalldError
+from recalld.masking import mask
 
 EXIT_ERROR = 1
 EXIT_UNAVAILABLE = 3
@@ -95,10 +96,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except DaemonNotRunning as exc:
-        click.echo(f"Error: {exc.message}", err=True)
+        click.echo(f"Error: {mask(exc.message)}", err=True)
         sys.exit(EXIT_UNAVAILABLE)
     except RecalldError as exc:
-        click.echo(f"Error: {exc.message}", err=True)
+        click.echo(f"Error: {mask(exc.message)}", err=True)
         sys.exit(EXIT_ERROR)
     except BrokenPipeError:
         sys.exit(EXIT_ERROR)  # e.g. `recalld search x | head -1`

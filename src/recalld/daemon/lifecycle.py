@@ -41,6 +41,7 @@ from recalld.ingest.admission import Admission
 from recalld.ingest.forgotten import ForgottenPaths
 from recalld.ingest.scheduler import Scheduler
 from recalld.ingest.watcher import PathFilter, Watcher
+from recalld.masking import mask
 from recalld.storage import forgotten as stored_forgotten
 from recalld.storage import readers
 from recalld.storage.connection import UNREADABLE, damaged_error
@@ -57,8 +58,16 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("text", "json")
 
 
+class TextFormatter(logging.Formatter):
+    """The text log line, with any URL's password masked (`recalld.masking`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Render `record` as one text line (plus its traceback)."""
+        return mask(super().format(record))
+
+
 class JsonFormatter(logging.Formatter):
-    """One JSON object per record, for journald and log shippers."""
+    """One JSON object per record, for journald and log shippers; passwords masked."""
 
     def format(self, record: logging.LogRecord) -> str:
         """Render `record` as compact JSON."""
@@ -66,10 +75,10 @@ class JsonFormatter(logging.Formatter):
             "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": record.getMessage(),
+            "message": mask(record.getMessage()),
         }
         if record.exc_info:
-            payload["exc"] = self.formatException(record.exc_info)
+            payload["exc"] = mask(self.formatException(record.exc_info))
         return json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -78,7 +87,10 @@ def logging_config(level: str = "info", fmt: str = "text") -> dict[str, Any]:
     formatter: dict[str, Any] = (
         {"()": f"{__name__}.JsonFormatter"}
         if fmt == "json"
-        else {"format": "%(asctime)s %(levelname)-7s %(name)s: %(message)s"}
+        else {
+            "()": f"{__name__}.TextFormatter",
+            "format": "%(asctime)s %(levelname)-7s %(name)s: %(message)s",
+        }
     )
     handler = {
         "class": "logging.StreamHandler",

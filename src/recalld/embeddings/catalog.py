@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from recalld.config import EmbedSettings
+from recalld.masking import mask
 
 # Mirrors embeddings/local.py (GRAPH_VERSION, DIMENSION, the variant names); a test keeps
 # them in step.
@@ -100,7 +101,7 @@ def _hash(spec: str) -> ModelInfo:
 
 def _endpoint(spec: str, settings: EmbedSettings) -> ModelInfo:
     model = spec.partition(":")[2]
-    where = settings.base_url or "https://api.openai.com/v1"
+    where = mask(settings.base_url) or "https://api.openai.com/v1"  # never its password
     return ModelInfo(
         spec if model else "openai:MODEL",
         None,
