@@ -167,3 +167,14 @@ async def test_list_tool_pages_documents_memories_and_sources(
         assert "is not one of episodic" in await error_text(
             session, "list", what="memories", kinds=["x"]
         )
+
+        # forget with a path removes what it holds and keeps it out.
+        gone = await call(session, "forget", source=str((notes / "b.md").resolve()))
+        assert gone["forgotten"] == 1 and gone["kept_out"] is True
+        (notes / "b.md").write_text("# b.md\n\nTouched after the forget.\n")
+        (notes / "d.md").write_text("# d.md\n\nA note written after the forget.\n")
+        daemon.wait_for(lambda s: s["counts"]["documents"] == 4)  # a, c, d + the memory
+        listed = await call(session, "list")
+        assert [d["source"] for d in listed["items"]] == [
+            str((notes / n).resolve()) for n in ("a.md", "c.md", "d.md")
+        ]

@@ -188,16 +188,23 @@ def build_server(
     async def forget(
         source: Annotated[
             str | None,
-            Field(description="The source to remove: a file path or a memory:… source."),
+            Field(
+                description="What to remove: a memory:… source, or an absolute file or folder "
+                "path or glob (removed with all it holds, and kept out from then on)."
+            ),
         ] = None,
         id: Annotated[
             int | None, Field(description="A result id: removes the memory or document holding it.")
         ] = None,
     ) -> dict[str, Any]:
-        """Remove a remembered memory or an ingested document from long-term memory, by its
-        source or by the id of one of its search results. Pass exactly one of them."""
+        """Remove a remembered memory or ingested documents from long-term memory, by source
+        or by the id of one of its search results. Pass exactly one of them. A path stays out
+        afterwards (the user can let it in again with `recalld unforget PATH`)."""
         if (source is None) == (id is None):
             raise ToolError("pass exactly one of 'source' or 'id'")
+        if source is not None and source.startswith(("/", "~")):
+            kept_out: dict[str, Any] = await _call(client.forget_path(source))
+            return kept_out
         result: dict[str, Any] = await _call(client.forget(source, chunk_id=id))
         return result
 
