@@ -51,6 +51,7 @@ def project(root: Path) -> Path:
     (folder / "main.py").write_text("def pelican():\n    return 'brown pelican'\n")
     (folder / "logs" / "app.log.md").write_text("# Log\n\nwombat request served in 3 ms\n")
     (folder / "secrets.md").write_text("# Private\n\nThe vault combination is marmalade.\n")
+    (folder / "dev.plist").write_text("<plist></plist>\n")  # no chunker takes it: skipped
     return folder
 
 
@@ -78,6 +79,9 @@ def test_list_sources_and_forget_that_sticks(
     notes = client.browse("documents", sources=[str(folder / "notes")])
     assert sources_of(notes) == [str(folder / "notes" / n) for n in ("boat.md", "cutover.md")]
     assert sources_of(client.browse("documents", kinds=["code"])) == [str(folder / "main.py")]
+    skipped = client.browse("documents", kinds=["skipped"])
+    assert sources_of(skipped) == [str(folder / "dev.plist")]
+    assert skipped["items"][0]["chunks"] == 0
     memories = client.browse("memories")
     assert [m["text"] for m in memories["items"]] == [
         "Ines prefers tea to coffee",

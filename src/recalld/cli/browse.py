@@ -61,8 +61,9 @@ def source_rows(items: list[dict[str, Any]]) -> tuple[list[str], list[tuple[Any,
     "--kind",
     "kinds",
     multiple=True,
-    type=click.Choice(sorted({*KINDS, *MEMORY_TYPES} - {"memory"})),
-    help="Documents: text, code or conversation; memories: their type.",
+    type=click.Choice(sorted({*KINDS, *MEMORY_TYPES, "skipped"} - {"memory"})),
+    help="Documents: text, code, conversation or skipped (no chunker takes them); memories: "
+    "their type.",
 )
 @click.option("--tag", "tags", multiple=True, help="Only with this tag (repeat: all of them).")
 @click.option("--since", help="Stored (memories: happened) at or after this ISO date.")

@@ -44,7 +44,9 @@ async def sources_with_counts(ctx: Context) -> list[dict[str, Any]]:
 
 
 def _query(params: Params, what: str) -> listing.ListQuery:
-    allowed = MEMORY_TYPES if what == "memories" else tuple(k for k in KINDS if k != "memory")
+    # `skipped`: files no chunker takes, recorded without chunks (see `status`).
+    documents = (*(k for k in KINDS if k != "memory"), "skipped")
+    allowed = MEMORY_TYPES if what == "memories" else documents
     return listing.ListQuery(
         sources=params.strings("sources"),
         kinds=params.strings("kinds", allowed),

@@ -76,7 +76,8 @@ def _where(
 
 
 async def documents(conn: Any, query: ListQuery) -> tuple[list[dict[str, Any]], int]:
-    """A page of documents (memories excluded), in source order, and how many match."""
+    """A page of documents (memories excluded, skipped files only when `kinds` names
+    `skipped`), in source order, and how many match."""
     where, params = _where(
         conn,
         query,
@@ -85,6 +86,8 @@ async def documents(conn: Any, query: ListQuery) -> tuple[list[dict[str, Any]], 
         tag_scope="EXISTS (SELECT 1 FROM chunks c WHERE c.document_id = d.id AND {tag})",
     )
     where = f"d.kind != 'memory' AND {where}"
+    if "skipped" not in query.kinds:  # files no chunker takes: only when asked for
+        where = f"d.kind != 'skipped' AND {where}"
     total = await fetchall(conn, f"SELECT count(*) FROM documents d WHERE {where}", params)
     rows = await fetchall(
         conn,
