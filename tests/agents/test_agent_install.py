@@ -58,6 +58,9 @@ EXISTING = {
             "hooks": {"BeforeTool": [{"matcher": "run_shell_command", "hooks": []}]},
         },
     },
+    "cursor": {
+        ".cursor/mcp.json": {"mcpServers": {"docs": {"command": "docs-mcp", "args": ["--x"]}}},
+    },
     "codex": {
         ".codex/hooks.json": {
             "hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "hello"}]}]}
@@ -89,6 +92,10 @@ def check_installed(home: Path, host: str) -> None:
         hooks = json.loads((home / ".gemini/settings.json").read_text())
         servers = hooks["mcpServers"]
         assert hooks["theme"] == "Dracula" and "maps" in servers
+    elif host == "cursor":
+        hooks = {"hooks": {}}  # MCP only
+        servers = json.loads((home / ".cursor/mcp.json").read_text())["mcpServers"]
+        assert servers["docs"] == {"command": "docs-mcp", "args": ["--x"]}
     else:
         hooks = json.loads((home / ".codex/hooks.json").read_text())
         config = tomllib.loads((home / ".codex/config.toml").read_text())
@@ -136,7 +143,8 @@ def test_install_merges_reinstall_is_a_no_op_uninstall_restores_bytes(
 
     code, out = run(["agent", "list", "--json"], capsys)
     rows = {(r["host"], r["scope"]): r for r in json.loads(out)["agents"]}
-    assert rows[(host, "user")]["hooks"] and rows[(host, "user")]["mcp"]
+    assert rows[(host, "user")]["mcp"]
+    assert rows[(host, "user")]["hooks"] == bool(HOSTS[host].events)
 
     code, out = run(["agent", "uninstall", host], capsys)
     assert code == 0, out

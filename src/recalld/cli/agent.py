@@ -221,7 +221,7 @@ json_flag = click.option("--json", "as_json", is_flag=True, help="Print JSON ins
 @click.group()
 def agent() -> None:
     """Wire recalld into a coding agent: hooks that bring memories in and capture sessions,
-    and the MCP server (Claude Code, Gemini CLI, Codex CLI)."""
+    and the MCP server (Claude Code, Gemini CLI, Codex CLI; Cursor: the MCP server only)."""
 
 
 def _run(plan: list[Change], dry_run: bool, as_json: bool, installing: bool, title: str) -> None:
@@ -318,20 +318,19 @@ def agent_list(project: Path, as_json: bool) -> None:
 
     def render(out: object) -> None:
         for row in rows:
-            mark = (
-                "yes"
-                if row["hooks"] and row["mcp"]
-                else "partly"
-                if row["hooks"] or row["mcp"]
-                else "no"
-            )
+            complete = row["mcp"] and (row["hooks"] or not HOSTS[str(row["host"])].events)
+            mark = "yes" if complete else "partly" if row["hooks"] or row["mcp"] else "no"
             click.echo(f"{row['title']:<12} {row['scope']:<8} {mark:<7} {', '.join(row['files'])}")  # type: ignore[arg-type]
 
     emit({"agents": rows}, as_json, render)
 
 
 @click.command("context")
-@click.option("--host", type=click.Choice(sorted(HOSTS)), help="The agent whose payload this is.")
+@click.option(
+    "--host",
+    type=click.Choice(sorted(n for n, h in HOSTS.items() if h.events)),
+    help="The agent whose payload this is.",
+)
 @click.option(
     "--event",
     help="start, prompt or stop (default: from the payload's hook_event_name).",

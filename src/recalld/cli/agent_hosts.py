@@ -10,6 +10,8 @@ The formats come from each host's own documentation (issue 21: looked up, not gu
   `<project>/.gemini/settings.json`), https://geminicli.com/docs/hooks/reference and
   https://geminicli.com/docs/tools/mcp-server/. Hook timeouts are milliseconds; the prompt
   event is `BeforeAgent`, the end of a turn `AfterAgent`.
+- Cursor: MCP servers under `mcpServers` in `~/.cursor/mcp.json` or `<project>/.cursor/
+  mcp.json`, https://cursor.com/docs/mcp; no hooks (see `HOSTS`).
 - Codex CLI: hooks in `hooks.json` next to the config layer (`$CODEX_HOME` or `~/.codex`, or
   `<project>/.codex`), https://developers.openai.com/codex/hooks; MCP servers as
   `[mcp_servers.<name>]` tables in `config.toml` beside it, https://developers.openai.com/codex/mcp.
@@ -46,13 +48,14 @@ class Host:
     Attributes:
         name: The name used on the command line.
         title: The product's name.
-        events: The host's hook events for session start, each prompt and the end of a turn.
+        events: The host's hook events for session start, each prompt and the end of a turn
+            (none: recalld installs only its MCP server there).
         timeout: The hook timeout, in the host's unit.
     """
 
     name: str
     title: str
-    events: tuple[str, str, str]
+    events: tuple[str, ...]
     timeout: int
 
 
@@ -60,6 +63,10 @@ HOSTS: dict[str, Host] = {
     "claude": Host("claude", "Claude Code", ("SessionStart", "UserPromptSubmit", "Stop"), 10),
     "gemini": Host("gemini", "Gemini CLI", ("SessionStart", "BeforeAgent", "AfterAgent"), 10_000),
     "codex": Host("codex", "Codex CLI", ("SessionStart", "UserPromptSubmit", "Stop"), 10),
+    # MCP only: Cursor's prompt hook cannot add context, and the output its session-start
+    # hook reads is not settled in its documentation (issue 21: formats looked up, not
+    # guessed).
+    "cursor": Host("cursor", "Cursor", (), 0),
 }
 
 
@@ -91,6 +98,8 @@ def config_files(
     if host == "codex":
         base = (codex_home or home / ".codex") if scope == "user" else project / ".codex"
         return {"hooks": base / "hooks.json", "mcp": base / "config.toml"}
+    if host == "cursor":
+        return {"mcp": (home if scope == "user" else project) / ".cursor" / "mcp.json"}
     raise ConfigError(f"unknown agent host {host!r}; known: {', '.join(HOSTS)}")
 
 
