@@ -242,6 +242,7 @@ class Server:
             sources=self.sources,
             socket_path=settings.socket_path,
             sources_changed=self.sources_changed,
+            watching=self.watcher.state,
         )
         for source in self.sources.all():
             self.scheduler.scan(source.path)

@@ -62,6 +62,7 @@ class Context:
         sources: The watched folders.
         socket_path: Where the daemon listens.
         sources_changed: Called after `sources/add|remove`, to restart the watcher.
+        watching: How the folders are watched (`Watcher.state`), for `status`.
     """
 
     loaded: LoadedSettings
@@ -75,6 +76,7 @@ class Context:
     forgets: memories.PendingForgets = field(default_factory=memories.PendingForgets)
     agents: context.AgentSessions = field(default_factory=context.AgentSessions)
     jobs: jobs.JobRegistry = field(default_factory=jobs.JobRegistry)
+    watching: Callable[[], dict[str, Any]] | None = None
 
 
 def chunk_dict(chunk: Chunk) -> dict[str, Any]:
@@ -322,6 +324,7 @@ async def status(ctx: Context, params: Params, progress: Progress) -> Any:
         "reindex": memory.reindexer.status(),
         "last_reindex": memory.reindexer.last,
         "writes": write_state(memory.store.disk_full, memory.store.gone),
+        "watch": ctx.watching() if ctx.watching is not None else None,
         "jobs": [job.as_dict() for job in ctx.jobs.all()],
     }
 

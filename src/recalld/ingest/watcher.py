@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import watchfiles
 
@@ -80,6 +81,8 @@ _IGNORED_FILES_RE = re.compile("|".join(fnmatch.translate(p) for p in IGNORED_FI
 
 RESTART_MAX_S = 30.0  # the longest wait before a failed watcher is started again
 RESCAN_AFTER_S = 1.0  # time for a restarted watcher to set up before the folders are rescanned
+ROOT_CHECK_S = 2.0  # how often watched roots are checked for appearing, vanishing or replaced
+POLL_INTERVAL_MS = 3000  # polling of roots past the inotify watch limit
 
 # What each source kind takes in; `auto` lets the chunkers pick by extension and shape.
 SOURCE_KINDS = ("auto", "documents", "code", "conversations")
@@ -250,6 +253,14 @@ Sink = Callable[[Path, bool], None]
 class Watcher:
     """`watchfiles.awatch` over every watched root, feeding `sink(path, deleted)`.
 
+    - Roots are watched with inotify (or the platform's kind) while the system allows it. Past
+      the inotify watch limit the root that could not be watched is polled instead (every
+      `POLL_INTERVAL_MS`), said once in the log and shown by `state()`, so no folder is left
+      unwatched in silence.
+    - Every `ROOT_CHECK_S` the roots are checked: one that appears, disappears or is replaced
+      (deleted and created again: a new inode, which no old watch covers) restarts the watcher
+      and is reported changed, so the scheduler reconciles it.
+
     Args:
         sink: Called for every wanted change; `deleted` is True for a deletion.
         wanted: The path filter.
@@ -261,64 +272,196 @@ class Watcher:
         self.wanted = wanted
         self.debounce_ms = debounce_ms
         self.roots: tuple[Path, ...] = ()
+        self._polled: dict[Path, str] = {}  # root → why it is polled, for the process's life
+        # Roots holding folders we may not read: watched skipping those, which also hides a
+        # watch-limit failure there (watchfiles ignores every error then), so only these.
+        self._lenient: set[Path] = set()
+
+    def state(self) -> dict[str, Any]:
+        """For `status`: how many roots are watched, and which are polled and why."""
+        polled = [r for r in self.roots if r in self._polled]
+        return {
+            "watched": len(self.roots),
+            "polled": [os.fspath(r) for r in polled],
+            "reason": self._polled[polled[0]] if polled else None,
+        }
 
     async def run(self, roots: Sequence[Path], stop: asyncio.Event) -> None:
-        """Watch `roots` until `stop` is set. Roots that do not exist are skipped.
+        """Watch `roots` until `stop` is set. Roots that do not exist are watched from when
+        they do.
 
         A watcher that fails is restarted, with back-off, and every root is reported changed so
         the scheduler rescans what the failure may have swallowed: watchfiles' Rust side gives
         up on a file name that is not valid UTF-8 (`WatchfilesRustInternalError`), and one such
         file must not stop the daemon (issue 6).
         """
-        self.roots = tuple(r for r in roots if r.is_dir())
-        missing = [r for r in roots if not r.is_dir()]
-        for root in missing:
-            logger.warning("not watching %s: it is not a folder", root)
-        if not self.roots:
-            await stop.wait()
-            return
         failures = 0
-        rescan: asyncio.TimerHandle | None = None
+        rescan: list[Path] = []
+        reported: set[Path] = set()
         while not stop.is_set():
-            if failures:
+            present = await asyncio.to_thread(lambda: [r for r in roots if r.is_dir()])
+            self.roots = tuple(present)
+            for root in set(roots) - set(present) - reported:
+                logger.warning("not watching %s: it is not a folder (watched once it is)", root)
+            reported = set(roots) - set(present)
+            timer: asyncio.TimerHandle | None = None
+            if rescan:
                 # Once the new watcher is in place, rescan: what changed while none ran, and
                 # what the failure swallowed, is found by the scan; later changes by the watcher.
-                rescan = asyncio.get_running_loop().call_later(RESCAN_AFTER_S, self._rescan)
+                timer = asyncio.get_running_loop().call_later(
+                    RESCAN_AFTER_S, self._rescan, list(rescan)
+                )
             started = time.monotonic()
             try:
-                await self._watch(stop)
-                return
-            except Exception:
+                rescan = await self._round(roots, stop)
+                failures = 0
+                continue
+            except Exception as exc:
+                if (moved := self._over_watch_limit(exc)) is not None:
+                    rescan = [moved]
+                    continue
+                if (lenient := self._permission_denied(exc)) is not None:
+                    rescan = [lenient]
+                    continue
                 # A watcher that ran a good while before failing starts its back-off afresh.
                 failures = 1 if time.monotonic() - started > RESTART_MAX_S else failures + 1
+                rescan = list(self.roots)
                 logger.warning(
                     "the file watcher failed; restarting it and rescanning %d folders",
                     len(self.roots),
                     exc_info=failures == 1,
                 )
             finally:
-                if rescan is not None:
-                    rescan.cancel()
-                    rescan = None
+                if timer is not None:
+                    timer.cancel()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(RESTART_MAX_S, 0.5 * 2 ** min(failures, 8))):
                     await stop.wait()
 
-    def _rescan(self) -> None:
-        for root in self.roots:
+    def _over_watch_limit(self, exc: BaseException) -> Path | None:
+        """The root to poll from now on when `exc` says the inotify limits are reached."""
+        text = str(exc)
+        if "watch limit" not in text and "MaxFilesWatch" not in text:
+            if not (isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENOSPC)):
+                return None
+        watched = [r for r in self.roots if r not in self._polled]
+        named = [Path(p) for p in re.findall(r'"(/[^"]*)"', text)]
+        culprits = [r for r in watched if any(p == r or r in p.parents for p in named)]
+        moved = culprits[:1] or watched  # nothing named: poll every root still on inotify
+        if not moved:
+            return None
+        reason = (
+            "the inotify watch limit is reached (fs.inotify.max_user_watches); polled every "
+            f"{POLL_INTERVAL_MS / 1000:g} s instead: raise the limit (e.g. `sysctl "
+            "fs.inotify.max_user_watches=524288`) and restart recalld to watch it again"
+        )
+        for root in moved:
+            self._polled[root] = reason
+            logger.warning("cannot watch %s: %s", root, reason)
+        return moved[0]
+
+    def _permission_denied(self, exc: BaseException) -> Path | None:
+        """The root to watch leniently from now on when `exc` is a folder we may not read."""
+        text = str(exc)
+        if not isinstance(exc, PermissionError) and "ermission denied" not in text:
+            return None
+        named = [Path(p) for p in re.findall(r'"(/[^"]*)"', text)]
+        if isinstance(exc, PermissionError) and exc.filename:
+            named.append(Path(os.fsdecode(exc.filename)))
+        strict = [r for r in self.roots if r not in self._polled and r not in self._lenient]
+        culprits = [r for r in strict if any(p == r or r in p.parents for p in named)]
+        chosen = culprits[:1] or strict
+        for root in chosen:
+            self._lenient.add(root)
+            logger.info("%s holds folders recalld may not read; watching it without them", root)
+        return chosen[0] if chosen else None
+
+    def _rescan(self, roots: Sequence[Path]) -> None:
+        for root in roots:
             self.sink(root, False)  # a folder reported changed is reconciled by the scheduler
 
-    async def _watch(self, stop: asyncio.Event) -> None:
-        logger.info("watching %d folders", len(self.roots))
+    async def _round(self, roots: Sequence[Path], stop: asyncio.Event) -> list[Path]:
+        """Watch until `stop` is set (returns []) or a root appears, vanishes or is replaced
+        (returns those roots, to rescan)."""
+        halt = asyncio.Event()
+        watched = [r for r in self.roots if r not in self._polled]
+        groups = {
+            "strict": [r for r in watched if r not in self._lenient],
+            "lenient": [r for r in watched if r in self._lenient],
+            "polled": [r for r in self.roots if r in self._polled],
+        }
+        logger.info("watching %d folders (%d polled)", len(self.roots), len(groups["polled"]))
+        guard = asyncio.create_task(self._guard(roots, halt))
+        tasks = [asyncio.create_task(self._relay(stop, halt)), guard]
+        for kind, group in groups.items():
+            if group:
+                tasks.append(asyncio.create_task(self._stream(group, halt, kind)))
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                if task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+        finally:
+            halt.set()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return guard.result() if guard.done() and not guard.cancelled() else []
+
+    @staticmethod
+    async def _relay(stop: asyncio.Event, halt: asyncio.Event) -> None:
+        stopped = asyncio.create_task(stop.wait())
+        halted = asyncio.create_task(halt.wait())
+        try:
+            await asyncio.wait({stopped, halted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopped.cancel()
+            halted.cancel()
+        halt.set()
+
+    @staticmethod
+    async def _guard(roots: Sequence[Path], halt: asyncio.Event) -> list[Path]:
+        before = await asyncio.to_thread(_identities, roots)
+        while not halt.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(ROOT_CHECK_S):
+                    await halt.wait()
+            if halt.is_set():
+                return []
+            now = await asyncio.to_thread(_identities, roots)
+            if changed := [r for r in roots if now[r] != before[r]]:
+                logger.info("watched folders appeared or were replaced: %s", changed)
+                halt.set()
+                return changed
+        return []
+
+    async def _stream(self, roots: Sequence[Path], halt: asyncio.Event, kind: str) -> None:
+        # Strict: errors are raised, so the watch limit is seen (watchfiles drops them all
+        # when told to ignore permission errors).
         async for changes in watchfiles.awatch(
-            *self.roots,
+            *roots,
             watch_filter=self.wanted,
             debounce=self.debounce_ms,
             step=50,
-            stop_event=stop,
-            ignore_permission_denied=True,
+            stop_event=halt,
+            ignore_permission_denied=kind != "strict",
+            force_polling=kind == "polled",
+            poll_delay_ms=POLL_INTERVAL_MS,
         ):
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug("%d changes: %s", len(changes), sorted(changes)[:20])
             for change, path in changes:
                 self.sink(Path(path), change == watchfiles.Change.deleted)
+
+
+def _identities(roots: Sequence[Path]) -> dict[Path, tuple[int, int] | None]:
+    """Each root's device and inode (None: not a folder now)."""
+    found: dict[Path, tuple[int, int] | None] = {}
+    for root in roots:
+        try:
+            info = root.stat()
+        except OSError:
+            found[root] = None
+            continue
+        found[root] = (info.st_dev, info.st_ino) if stat_module.S_ISDIR(info.st_mode) else None
+    return found
