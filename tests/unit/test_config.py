@@ -1,9 +1,11 @@
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from recalld.config import (
+    Settings,
     default_config_path,
     load_settings,
     settings_as_dict,
@@ -94,3 +96,22 @@ def test_unreadable_file(tmp_path: Path):
     bad.write_text("[search\n")
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_settings(bad, {})
+
+
+def test_the_example_config_lists_every_setting_with_its_default(tmp_path: Path):
+    """config/config.toml, which the README says lists every setting, cannot miss one or
+    drift from the defaults (issue 17): every key, set or commented out, is a setting; every
+    setting is there; and what it sets is the built-in default."""
+    example = Path(__file__).resolve().parents[2] / "config" / "config.toml"
+    section, listed = "", set()
+    for line in example.read_text().splitlines():
+        if header := re.match(r"^\[([a-z_]+)\]", line):
+            section = header.group(1) + "."
+        elif key := re.match(r"^#?\s*([a-z_]+)\s*=", line):
+            listed.add(section + key.group(1))
+    every = set(settings_as_dict(Settings()))
+    assert every - listed == set(), "missing from config/config.toml"
+    assert listed - every == set(), "not a setting"
+    loaded = load_settings(example, {"HOME": str(tmp_path)})
+    defaults = settings_as_dict(load_settings(None, {"HOME": str(tmp_path)}).settings)
+    assert settings_as_dict(loaded.settings) == defaults

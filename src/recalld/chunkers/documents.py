@@ -1,7 +1,8 @@
-"""Converting binary documents (PDF, Office, EPUB) and HTML/CSV to Markdown with markitdown.
+"""Converting binary documents (PDF, Office, EPUB) and HTML/CSV to Markdown: PDF through
+PDFium (`chunkers.pdf`), everything else with markitdown.
 
-markitdown is imported inside `convert_document`: importing it pulls in pdfminer, pandas and
-magika and takes about a second, which the CLI and the daemon's start-up should not pay.
+markitdown is imported on first use: importing it pulls in magika and its format libraries and
+takes about a second, which the CLI and the daemon's start-up should not pay.
 
 Before markitdown sees the bytes, their container is checked (`%PDF-` for PDF, a zip with the
 right members for DOCX/PPTX/XLSX/EPUB). markitdown tries every converter in turn and falls back
@@ -17,7 +18,9 @@ import logging
 import zipfile
 from typing import TYPE_CHECKING
 
-from recalld.errors import ParseError
+from recalld.chunkers.pdf import extract_pdf_text
+from recalld.errors import ParseError, UnsupportedFormatError
+from recalld.extras import require
 
 if TYPE_CHECKING:
     from markitdown import MarkItDown
@@ -81,6 +84,41 @@ def _converter() -> MarkItDown:
     return MarkItDown(enable_plugins=False)
 
 
+def _pdf_text(path: str, data: bytes) -> str:
+    # PDFium, not markitdown's pdfminer: chosen by the numbers (README, "PDF extraction").
+    try:
+        return extract_pdf_text(data)[0]
+    except Exception as exc:
+        # PdfiumError for a corrupt, truncated or password-protected file.
+        raise _fail(path, f"pdf conversion failed ({type(exc).__name__}: {exc})") from exc
+
+
+# Formats whose markitdown converter needs the `office` extra, and what it imports.
+OFFICE_FORMATS: dict[str, tuple[str, ...]] = {"pptx": ("pptx",), "xlsx": ("pandas", "openpyxl")}
+
+
+def _markitdown_text(path: str, fmt: str, data: bytes, charset: str | None) -> str:
+    if fmt in OFFICE_FORMATS:
+        # Before markitdown is imported: its converters note a missing library once, at import.
+        require(OFFICE_FORMATS[fmt], "office", f"reading .{fmt} files", UnsupportedFormatError)
+    from markitdown import MarkItDownException, StreamInfo
+
+    ext = next(e for e, f in DOCUMENT_FORMATS.items() if f == fmt)
+    try:
+        result = _converter().convert_stream(
+            io.BytesIO(data),
+            stream_info=StreamInfo(extension=ext, filename=path, charset=charset),
+        )
+    except MarkItDownException as exc:
+        reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise _fail(path, f"{fmt} conversion failed: {reason}") from exc
+    except Exception as exc:
+        # Converters raise whatever their parser raises (zipfile, lxml, ...); every one of
+        # them means the same thing to the user.
+        raise _fail(path, f"{fmt} conversion failed ({type(exc).__name__}: {exc})") from exc
+    return result.text_content or ""
+
+
 def convert_document(
     path: str, fmt: str, data: bytes, charset: str | None = None
 ) -> tuple[str, list[str]]:
@@ -98,24 +136,8 @@ def convert_document(
     Raises:
         ParseError: The file is corrupt, truncated or not what its extension says.
     """
-    from markitdown import MarkItDownException, StreamInfo
-
     _check_container(path, fmt, data)
-    ext = next(e for e, f in DOCUMENT_FORMATS.items() if f == fmt)
-    try:
-        result = _converter().convert_stream(
-            io.BytesIO(data),
-            stream_info=StreamInfo(extension=ext, filename=path, charset=charset),
-        )
-    except MarkItDownException as exc:
-        reason = " ".join(str(exc).split())[:300] or type(exc).__name__
-        raise _fail(path, f"{fmt} conversion failed: {reason}") from exc
-    except Exception as exc:
-        # Converters raise whatever their parser raises (zipfile, lxml, pdfminer errors, ...);
-        # every one of them means the same thing to the user.
-        raise _fail(path, f"{fmt} conversion failed ({type(exc).__name__}: {exc})") from exc
-    # PDF page breaks arrive as form feeds; they end paragraphs.
-    text = (result.text_content or "").replace("\f", "\n\n")
+    text = _pdf_text(path, data) if fmt == "pdf" else _markitdown_text(path, fmt, data, charset)
     notes: list[str] = []
     if not text.strip():
         notes.append(f"no text found in this {fmt} (a scan without a text layer?)")

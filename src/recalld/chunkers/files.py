@@ -26,6 +26,7 @@ from recalld.chunkers.dates import with_dates
 from recalld.chunkers.decode import decode_text
 from recalld.chunkers.documents import DOCUMENT_FORMATS, convert_document
 from recalld.chunkers.formats import parse_conversations_text
+from recalld.chunkers.garbage import garbage_reason
 from recalld.chunkers.options import DEFAULT_OPTIONS, ChunkedSource, ChunkOptions, KeyMaker
 from recalld.chunkers.secrets import mark_redactions, redact, redact_note
 from recalld.chunkers.text import chunk_text
@@ -216,7 +217,15 @@ def _chunk_file(name: str, data: bytes, options: ChunkOptions) -> ChunkedSource:
         markdown, redacted = redact_text(markdown, options)
         more += redacted
         chunks = with_dates(chunk_text(markdown, options, syntax="markdown", fmt=fmt), markdown)
-        return ChunkedSource("text", fmt, chunks, notes + more)
+        judged = [(chunk, garbage_reason(chunk.text)) for chunk in chunks]
+        readable = [chunk for chunk, reason in judged if reason is None]
+        if dropped := len(chunks) - len(readable):
+            reasons = sorted({reason for _, reason in judged if reason is not None})
+            more.append(
+                f"{dropped} of {len(chunks)} chunks left out as unreadable ({', '.join(reasons)}): "
+                "the file's fonts do not map to text"
+            )
+        return ChunkedSource("text", fmt, readable, notes + more, unreadable=dropped)
 
     kind, syntax, fmt = _route(name, base, ext, data)
     try:

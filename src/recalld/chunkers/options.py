@@ -83,12 +83,15 @@ class ChunkedSource:
         format: The detected format, e.g. `markdown`, `pdf`, `python`, `locomo`.
         chunks: The chunks in document order (the store assigns positions from this order).
         notes: Things worth telling the user, e.g. `decoded as cp1252`.
+        unreadable: Chunks left out as unreadable (`chunkers.garbage`: glyph codes, glued
+            words), counted instead of stored.
     """
 
     kind: str
     format: str
     chunks: list[ChunkDraft]
     notes: list[str] = field(default_factory=list)
+    unreadable: int = 0
 
 
 def short_hash(text: str, size: int = 6) -> str:

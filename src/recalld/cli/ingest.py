@@ -28,6 +28,11 @@ def _summary(report: dict[str, Any]) -> str:
         f"{report['unchanged']} unchanged, {report['empty']} empty, "
         f"{report['failed']} failed{refused}{skipped}; {report['chunks']} chunks "
         f"({report['embedded']} embedded)"
+        + (
+            f", {report['unreadable']} unreadable chunks left out"
+            if report.get("unreadable")
+            else ""
+        )
     )
 
 

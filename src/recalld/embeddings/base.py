@@ -101,6 +101,9 @@ def _local_factory(spec: str, cache_dir: Path | None, settings: EmbedSettings) -
 def _openai_factory(spec: str, cache_dir: Path | None, settings: EmbedSettings) -> Embedder:
     # Imported lazily: the openai package takes about a second to import.
     from recalld.embeddings.openai_compat import openai_embedder
+    from recalld.extras import require
+
+    require(("openai",), "openai", f"embed.model = {spec!r}")
 
     return openai_embedder(spec, settings)
 

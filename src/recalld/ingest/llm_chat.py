@@ -21,6 +21,7 @@ from recalld.embeddings.openai_compat import (
     endpoint_host,
 )
 from recalld.errors import IngestError
+from recalld.extras import require
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -56,6 +57,7 @@ class JsonChat:
         timeout_s: float = 60.0,
         retry: RetryPolicy | None = None,
     ) -> None:
+        require(("openai",), "openai", f"{task} through an LLM (facts.base_url)")
         self.task = task
         self.host = endpoint_host(base_url, "facts.base_url")
         self.model = model

@@ -61,6 +61,7 @@ class IngestReport:
     embedded: int = 0
     notes: list[str] = field(default_factory=list)
     skipped_type: str = ""  # for "skipped": the file type no chunker takes
+    unreadable: int = 0  # chunks left out as unreadable (chunkers.garbage)
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,6 +401,10 @@ class Ingestor:
             if doc.parsed.kind == SKIPPED:
                 status, skipped_type = "skipped", doc.parsed.format
             logger.info("ingested %s: %d chunks (%d embedded)", doc.source, len(chunks), embedded)
+            if doc.parsed.unreadable:
+                logger.warning(
+                    "%s: %d chunks left out as unreadable", doc.source, doc.parsed.unreadable
+                )
             reports.append(
                 (
                     d_index,
@@ -411,6 +416,7 @@ class Ingestor:
                         embedded,
                         list(doc.parsed.notes),
                         skipped_type,
+                        doc.parsed.unreadable,
                     ),
                 )
             )

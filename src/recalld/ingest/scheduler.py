@@ -97,6 +97,7 @@ class BatchReport:
     refused: int = 0  # named explicitly but kept out (the secret deny-list)
     skipped: int = 0  # no chunker takes them: not errors, not retried until they change
     skipped_types: dict[str, int] = field(default_factory=dict)  # by file type
+    unreadable: int = 0  # chunks left out as unreadable text (chunkers.garbage, issue 17)
     errors: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, other: BatchReport) -> None:
@@ -114,6 +115,7 @@ class BatchReport:
             "retrying",
             "refused",
             "skipped",
+            "unreadable",
         ):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         for file_type, count in other.skipped_types.items():
@@ -813,6 +815,7 @@ class Scheduler:
     def _count(self, report: BatchReport, result: IngestReport) -> None:
         report.chunks += result.chunks
         report.embedded += result.embedded
+        report.unreadable += result.unreadable
         if result.status == "skipped":
             report.skipped += 1
             report.note_skipped(result.skipped_type)

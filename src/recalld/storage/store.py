@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 import aiosqlite
 
 from recalld.errors import ModelMismatchError, QueryError, StoreError, StoreGoneError
+from recalld.extras import require
 from recalld.storage import reindex, schema, vectors
 from recalld.storage.backend import is_url
 from recalld.storage.connection import (
@@ -215,6 +216,7 @@ class Store:
             StoreError: The file cannot be opened as a store.
         """
         if is_url(path):
+            require(("psycopg", "psycopg_pool"), "postgres", "a PostgreSQL store (store.path)")
             from recalld.storage.pg.store import PgStore  # psycopg is an optional dependency
 
             return await PgStore.open_url(
