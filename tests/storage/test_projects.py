@@ -29,6 +29,11 @@ async def test_project_filter_keeps_own_and_global(store: Store) -> None:
     await store.write(partial(projects.set_project, source="/b/notes.md", project="/b"))
     assert await store.read(partial(projects.project_of, source="/a/notes.md")) == "/a"
     assert await store.read(partial(projects.sources_of, project="/b")) == {"/b/notes.md"}
+    owners = await store.read(
+        partial(projects.projects_of, sources=["/a/notes.md", "memory:global", "/nope"])
+    )
+    assert owners == {"/a/notes.md": "/a"}
+    assert await store.read(partial(projects.projects_of, sources=[])) == {}
 
     def sources(found: list[tuple[int, float]], chunks: dict[int, object]) -> set[str]:
         return {chunks[i].source for i, _ in found}  # type: ignore[attr-defined]

@@ -154,7 +154,9 @@ async def _prompt(
     memory = ctx.memory
     if not prompt.strip():
         return await _packed("prompt", [], "", budget, memory.embedder.count_tokens)
-    result = await memory.search(prompt, limit=PROMPT_HITS, filters=Filters(project=project))
+    # Searched without the project filter, which would take the exact vector path in a large
+    # store, and then scoped here: a hit never comes from another project.
+    result = await memory.search(prompt, limit=PROMPT_HITS * 3)
     searcher = memory.searcher
     tau = searcher.settings.tau or searcher.calibration.tau
     # Halfway from "no evidence" to "strong evidence": a prompt's words match many chunks
@@ -168,9 +170,14 @@ async def _prompt(
         and h.explain.get("routes", {}).get("vector", {}).get("similarity", 0.0) >= floor
     ]
     if project is not None:
+        owners = await memory.store.read(
+            partial(projects.projects_of, sources=sorted({c.source for c in confident}))
+        )
+        confident = [c for c in confident if owners.get(c.source, project) == project]
         confident = await asyncio.to_thread(
             lambda: [c for c in confident if not elsewhere(c.source, project)]
         )
+    confident = confident[:PROMPT_HITS]
     title = "From recalld (long-term memory), related to this prompt:"
     return await _packed("prompt", [("", confident)], title, budget, memory.embedder.count_tokens)
 

@@ -55,6 +55,18 @@ async def sources_of(conn: Any, project: str) -> set[str]:
 
 
 @routed
+async def projects_of(conn: Any, sources: list[str]) -> dict[str, str]:
+    """The projects recorded for those of `sources` that have one."""
+    if not sources:
+        return {}
+    marks = ", ".join("?" * len(sources))
+    rows = await fetchall(
+        conn, f"SELECT source, project FROM document_projects WHERE source IN ({marks})", sources
+    )
+    return {str(r[0]): str(r[1]) for r in rows}
+
+
+@routed
 async def recent_chunks(conn: Any, filters: Filters, limit: int) -> list[Chunk]:
     """The newest chunks (by event time) of complete documents matching `filters`."""
     where, params = filter_sql(filters)

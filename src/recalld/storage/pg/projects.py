@@ -32,6 +32,16 @@ async def sources_of(conn: PgConn, project: str) -> set[str]:
     return {str(r[0]) for r in rows}
 
 
+async def projects_of(conn: PgConn, sources: list[str]) -> dict[str, str]:
+    """The projects recorded for those of `sources` that have one."""
+    if not sources:
+        return {}
+    rows = await conn.fetch(
+        "SELECT source, project FROM document_projects WHERE source = ANY(%s)", [sources]
+    )
+    return {str(r[0]): str(r[1]) for r in rows}
+
+
 async def recent_chunks(conn: PgConn, filters: Filters, limit: int) -> list[Chunk]:
     """The newest chunks (by event time) of complete documents matching `filters`."""
     where, params = filter_sql(filters)
