@@ -135,6 +135,14 @@ def test_repair_of_flipped_bytes_always_ends_clean(home: Path, seed: int) -> Non
     flip(store, seed)
     code, before, _ = check_json(home)
     failed = sorted(c["name"] for c in before["checks"] if not c["ok"])
+    # An export of the damaged file goes as far as it can, or says in one line why it cannot.
+    export = recalld(home, "export", "--offline", str(home / "before.jsonl"))
+    assert "Traceback" not in export.stderr, export.stderr
+    if export.returncode == 0:
+        footer = json.loads((home / "before.jsonl").read_text().splitlines()[-1])
+        assert footer["type"] == "footer"
+    else:
+        assert export.stderr.splitlines()[-1].startswith("Error: "), export.stderr
     repair = recalld(home, "check", "--offline", "--repair", "--json")
     assert "Traceback" not in repair.stderr, repair.stderr
     assert repair.returncode == 0, (failed, repair.stdout[-3000:], repair.stderr[-3000:])
@@ -142,7 +150,8 @@ def test_repair_of_flipped_bytes_always_ends_clean(home: Path, seed: int) -> Non
     assert code == 0 and after["ok"], after
     # What was readable is kept: most memories survive a few dozen flipped bits.
     print(
-        f"\nseed {seed}: failed {failed or 'nothing'} -> clean; "
+        f"\nseed {seed}: failed {failed or 'nothing'}; export of the damaged file "
+        f"{'went through' if export.returncode == 0 else 'refused in one line'}; repair -> clean; "
         f"{after['counts']['documents']} documents, {after['counts']['chunks']} chunks kept "
         f"(of {MEMORIES + 6} documents)"
     )

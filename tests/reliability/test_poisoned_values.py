@@ -37,6 +37,11 @@ def poison(store: Path, ids: dict[str, int]) -> None:
             "UPDATE chunks SET importance = ?, tags = 'not json' WHERE id = ?",
             (float("-inf"), ids["kingfisher"]),
         )
+        conn.execute(
+            "UPDATE documents SET mtime = ? WHERE id = (SELECT document_id FROM chunks "
+            "WHERE id = ?)",
+            (float("inf"), ids["kingfisher"]),
+        )
         # A flipped bit: the text is no longer UTF-8 (FTS keeps its own copy of the words).
         conn.execute(
             "UPDATE chunks SET meta = CAST(? AS TEXT) WHERE id = ?",
@@ -90,9 +95,9 @@ async def test_a_poisoned_store_stays_readable_checkable_exportable_and_repairab
             report = await client.check()
             assert not report["ok"]
             values = next(c for c in report["checks"] if c["name"] == "unreadable_values")
-            assert values["value"] == 3
+            assert values["value"] == 4  # three chunks, and the kingfisher's document row
             bad = sorted([ids["heron"], ids["kingfisher"], ids["otter"]])
-            assert values["ids"] == {"chunks": bad}
+            assert values["ids"]["chunks"] == bad and len(values["ids"]["documents"]) == 1
             assert "event_time" in values["detail"] and "check --repair" in values["detail"]
             # `export` goes on past them, and says what it left out.
             out = io.StringIO()
@@ -100,7 +105,9 @@ async def test_a_poisoned_store_stays_readable_checkable_exportable_and_repairab
             skipped = result["skipped_unreadable"]
             # Each memory is its own document, and shares its chunk's id in this store.
             assert sorted(s["id"] for s in skipped) == bad
-            assert all("chunk" in s["problem"] for s in skipped)
+            problems = {s["id"]: s["problem"] for s in skipped}
+            assert problems[ids["kingfisher"]].startswith("mtime: inf")  # the document row
+            assert problems[ids["heron"]].startswith(f"chunk {ids['heron']}: event_time: inf")
             assert result["counts"]["documents"] == 1 and result["counts"]["chunks"] == 1
             lines = out.getvalue().splitlines()
             assert json.loads(lines[-1])["type"] == "footer"
@@ -119,7 +126,8 @@ async def test_a_poisoned_store_stays_readable_checkable_exportable_and_repairab
             repaired = await client.check(repair=True)
             assert repaired["ok"], repaired
             actions = {a["name"]: a["count"] for a in repaired["repair"]["actions"]}
-            assert actions["values_cleared"] == 4  # event_time, importance, tags, meta
+            # event_time, importance, tags, meta, and the document's mtime
+            assert actions["values_cleared"] == 5
             assert (await client.check())["ok"]
             out = io.StringIO()
             result = await client.export(out.write)

@@ -17,7 +17,7 @@ from typing import Any
 from recalld.errors import SchemaTooNewError, StoreError
 from recalld.storage import portable, values
 from recalld.storage.backend import is_url
-from recalld.storage.connection import DatabaseError, connect
+from recalld.storage.connection import UNREADABLE, DatabaseError, connect
 from recalld.storage.schema import SCHEMA_VERSION, schema_version
 
 logger = logging.getLogger(__name__)
@@ -93,16 +93,16 @@ def _lines(conn: Any, vectors: bool, recalld_version: str) -> Iterator[str]:
     for table in tables:
         if table.name in (portable.DOCUMENTS, portable.CHUNKS):
             continue
-        cursor = conn.execute(f'SELECT {_select(table, "t")}, t.rowid FROM "{table.name}" t')
-        while rows := cursor.fetchmany(_FETCH):
-            for row in rows:
-                why = values.row_problem(table.name, table.columns, row)
-                if why is not None:
-                    unreadable.append(_skipped(table.name, row[len(table.columns)], None, why))
-                    continue
-                yield _dumps({"type": table.name, "row": _row(table, row)})
-                counts[table.name] += 1
-    skipped = conn.execute("SELECT count(*) FROM documents WHERE state != 'complete'").fetchone()
+        select = f'SELECT {_select(table, "t")}, t.rowid FROM "{table.name}" t ORDER BY t.rowid'
+        for row in _fetch(conn, select, (), table.name, unreadable):
+            why = values.row_problem(table.name, table.columns, row)
+            if why is not None:
+                unreadable.append(_skipped(table.name, row[len(table.columns)], None, why))
+                continue
+            yield _dumps({"type": table.name, "row": _row(table, row)})
+            counts[table.name] += 1
+    partial = "SELECT count(*) FROM documents WHERE state != 'complete'"
+    skipped = next(_fetch(conn, partial, (), portable.DOCUMENTS, unreadable), (0,))
     logger.info("exported %s", counts)
     if unreadable:
         logger.warning(
@@ -118,6 +118,25 @@ def _lines(conn: Any, vectors: bool, recalld_version: str) -> Iterator[str]:
             "skipped_unreadable": unreadable,
         }
     )
+
+
+def _fetch(
+    conn: Any, sql: str, params: tuple[Any, ...], table: str, unreadable: list[dict[str, Any]]
+) -> Iterator[Any]:
+    """The rows of a query, in batches; a page that cannot be read (a damaged file) ends the
+    query with an entry in `unreadable` instead of ending the export."""
+    last: Any = None
+    try:
+        cursor = conn.execute(sql, params)
+        while rows := cursor.fetchmany(_FETCH):
+            yield from rows
+            last = rows[-1][-1]
+    except UNREADABLE as exc:
+        where = f"after row {last}" if last is not None else "from the start"
+        logger.error("export: %s cannot be read %s: %s", table, where, exc)
+        unreadable.append(
+            {"table": table, "id": last, "problem": f"the rows {where} cannot be read ({exc})"}
+        )
 
 
 def _skipped(table: str, row_id: Any, source: Any, why: str) -> dict[str, Any]:
@@ -140,9 +159,11 @@ def _documents(
     A document with a value that cannot be read back, in its row or one of its chunks, is
     left out whole (its chunks cannot travel without it) and listed in `unreadable`."""
     docs, chunks = tables[portable.DOCUMENTS], tables[portable.CHUNKS]
-    # Partial documents are half-written by a crash; `check --repair` completes them.
-    doc_cursor = conn.execute(
-        f"SELECT {_select(docs, 'd')} FROM documents d WHERE d.state = 'complete' ORDER BY d.id"
+    # Partial documents are half-written by a crash; `check --repair` completes them. The id
+    # comes last too, so `_fetch` can say where a damaged page stopped it.
+    doc_sql = (
+        f"SELECT {_select(docs, 'd')}, d.id FROM documents d WHERE d.state = 'complete' "
+        "ORDER BY d.id"
     )
     vector_sql = ", f.embedding" if vectors else ""
     vector_join = "LEFT JOIN vector_floats f ON f.chunk_id = c.id" if vectors else ""
@@ -153,10 +174,14 @@ def _documents(
     id_index = docs.columns.index("id")
     source_index = docs.columns.index("source")
     chunk_id = chunks.columns.index("id")
-    while batch := doc_cursor.fetchmany(_FETCH):
-        for doc in batch:
-            lines = [_dumps({"type": portable.DOCUMENTS, "row": _row(docs, doc)})]
-            why = values.row_problem(portable.DOCUMENTS, docs.columns, doc)
+    for doc in _fetch(conn, doc_sql, (), portable.DOCUMENTS, unreadable):
+        why = values.row_problem(portable.DOCUMENTS, docs.columns, doc)
+        lines = (
+            []
+            if why is not None
+            else [_dumps({"type": portable.DOCUMENTS, "row": _row(docs, doc)})]
+        )
+        try:
             for row in conn.execute(chunk_sql, (doc[id_index],)) if why is None else ():
                 why = values.row_problem(portable.CHUNKS, chunks.columns, row)
                 if why is not None:
@@ -166,11 +191,11 @@ def _documents(
                 if vectors and row[len(chunks.columns)] is not None:
                     line["vector"] = portable.encode_vector(bytes(row[len(chunks.columns)]))
                 lines.append(_dumps(line))
-            if why is not None:
-                unreadable.append(
-                    _skipped(portable.DOCUMENTS, doc[id_index], doc[source_index], why)
-                )
-                continue
-            yield from lines
-            counts[portable.DOCUMENTS] += 1
-            counts[portable.CHUNKS] += len(lines) - 1
+        except UNREADABLE as exc:
+            why = f"its chunks cannot be read ({exc})"
+        if why is not None:
+            unreadable.append(_skipped(portable.DOCUMENTS, doc[id_index], doc[source_index], why))
+            continue
+        yield from lines
+        counts[portable.DOCUMENTS] += 1
+        counts[portable.CHUNKS] += len(lines) - 1
