@@ -252,3 +252,10 @@ def test_tampered_weights_are_refused(tmp_path: Path) -> None:
     with pytest.raises(EmbeddingError, match="sha256"):
         embedder.embed(["hello"])
     assert not embedder.graph_path.exists()
+
+
+def test_idle_threads_sleep_rather_than_spin(int8: LocalEmbedder) -> None:
+    int8.load()
+    assert int8._runtime is not None
+    options = int8._runtime.session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"

@@ -202,6 +202,11 @@ class LocalEmbedder:
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
+        # Idle worker threads sleep instead of spin-waiting for the next run: spinning keeps
+        # both cores busy after every query, starving the FTS5 thread and everything else on
+        # the machine. On a shared 2-core machine (load ~12) a query embedded in 10.9 ms
+        # without spinning against 126 ms with it, and 32 abstracts in 23 s against 31 s.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         options.log_severity_level = 3  # errors only
         try:
