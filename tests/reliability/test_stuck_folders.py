@@ -5,10 +5,12 @@ start-up failure after the store is open."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -185,3 +187,51 @@ def test_a_start_up_failure_with_the_store_open_exits_3(
     assert time.monotonic() - started < 30
     log = daemon.log.read_text()
     assert "opened store" in log and "cannot start" in log
+
+
+@pytest.fixture
+def silent_endpoint() -> Iterator[str]:
+    """An HTTP endpoint that accepts connections and never answers: a read that blocks."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                held.append(listener.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    stop.set()
+    thread.join()
+    for conn in held:
+        conn.close()
+    listener.close()
+
+
+def test_sigterm_while_start_up_waits_on_a_silent_endpoint_exits_promptly(
+    make_daemon: Callable[..., Daemon], silent_endpoint: str
+) -> None:
+    daemon = make_daemon(
+        RECALLD_EMBED__MODEL="openai:test",
+        RECALLD_EMBED__DIMENSIONS="64",
+        RECALLD_EMBED__BASE_URL=silent_endpoint,
+        RECALLD_EMBED__TIMEOUT_S="600",
+        RECALLD_EMBED__MAX_RETRIES="0",
+    )
+    proc = daemon.start()
+    deadline = time.monotonic() + 30
+    while "opened store" not in daemon.log.read_text():
+        assert proc.poll() is None and time.monotonic() < deadline, daemon.log.read_text()
+        time.sleep(0.05)
+    time.sleep(0.5)  # the first embedding request is now waiting for its answer
+    stopping = time.monotonic()
+    assert daemon.stop(timeout=30) == 0
+    # The request's thread is still blocked (600 s read timeout); the process did not wait.
+    assert time.monotonic() - stopping < 15
+    assert "stopped while starting" in daemon.log.read_text()

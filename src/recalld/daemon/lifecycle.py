@@ -173,7 +173,8 @@ class Server:
         self._install_signal_handlers()
         try:
             try:
-                await self.startup()
+                if not await self._start_unless_stopped():
+                    return 0
             except RecalldError as exc:
                 logger.error("cannot start: %s", exc.message)
                 return STARTUP_FAILURE
@@ -194,6 +195,23 @@ class Server:
         finally:
             await self.shutdown()
             self._remove_signal_handlers()
+
+    async def _start_unless_stopped(self) -> bool:
+        """Run `startup`, unless SIGTERM/SIGINT comes first: a model load or an embedding
+        endpoint that hangs must not keep a daemon that was told to stop. False if stopped."""
+        starting = asyncio.ensure_future(self.startup())
+        stopping = asyncio.ensure_future(self.should_exit.wait())
+        try:
+            await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+        if starting.done():
+            starting.result()  # its error, if it failed
+            return True
+        starting.cancel()
+        await asyncio.wait({starting})
+        logger.info("stopped while starting")
+        return False
 
     async def startup(self) -> None:
         """Take the store lock, bind the socket, open the store, start watching.
