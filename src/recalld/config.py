@@ -372,8 +372,19 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
                 value = [v for v in value.split(",") if v]
             return tuple(str(v) for v in value)
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"setting {key!r}: cannot use {value!r} as {annotation}") from exc
+        raise ConfigError(
+            f"setting {key!r} must be {_TYPE_NAMES.get(annotation, 'a list')}, not {value!r}",
+            data={"setting": key},
+        ) from exc
     raise ConfigError(f"setting {key!r} has an unsupported type {annotation}")
+
+
+_TYPE_NAMES: dict[Any, str] = {
+    bool: "true or false",
+    int: "a whole number",
+    float: "a number",
+    str: "text",
+}
 
 
 def _build(
@@ -399,13 +410,23 @@ def _build(
         sources[key] = "default"
         for source, layer in layers:
             if f.name in layer:
-                kwargs[f.name] = _coerce(layer[f.name], annotation, key)
+                try:
+                    kwargs[f.name] = _coerce(layer[f.name], annotation, key)
+                except ConfigError as exc:
+                    where = "--set" if source == "flag" else source
+                    raise ConfigError(
+                        f"{exc.message} (from {where})", data={**exc.data, "source": source}
+                    ) from None
                 sources[key] = source
     known = {f.name for f in fields}
     for source, layer in layers:
         for name in layer:
             if name not in known:
-                raise ConfigError(f"unknown setting {prefix}{name!r} (from {source})")
+                raise ConfigError(
+                    f"unknown setting {prefix}{name!r} (from {source}); "
+                    "`recalld config show` lists them",
+                    data={"setting": f"{prefix}{name}", "source": source},
+                )
     return cls(**kwargs)
 
 

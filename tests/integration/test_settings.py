@@ -62,7 +62,7 @@ def test_a_bad_search_setting_is_a_usage_error_not_ignored(daemon: Daemon) -> No
         text=True,
         timeout=60,
     )
-    assert done.returncode == 1 and "search.limit" in done.stderr
+    assert done.returncode == 2 and "'search.limit' must be a whole number" in done.stderr
 
 
 async def test_recalld_mcp_honours_set(daemon: Daemon) -> None:
@@ -104,7 +104,7 @@ def test_config_show_says_who_reads_each_setting(daemon: Daemon) -> None:
     ).stdout
     assert "Not in effect until a daemon starts with them: " in table
     assert "chunk.max_tokens." in table
-    assert "each search" in table
+    assert "request = sent with every search" in table
     # The daemon's own view: what it was started with.
     assert daemon.client.config_show()["settings"]["search.limit"]["applies"] == "request"
 
@@ -143,3 +143,28 @@ async def test_recalld_mcp_with_the_sdks_default_environment_finds_the_daemon(
         assert isinstance(block, TextContent)
         assert str(socket) in block.text and "also looked at" in block.text
         assert "/run/user/" in block.text
+
+
+def test_status_wait_answers_once_a_starting_daemon_is_up(
+    make_daemon: Callable[..., Daemon],
+) -> None:
+    daemon = make_daemon()
+    daemon.start()  # not waited for: `status --wait` does it
+    done = subprocess.run(
+        [sys.executable, "-m", "recalld", "status", "--wait", "60", "--json"],
+        env=daemon.env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["state"] == "ready"
+    daemon.stop()
+    gone = subprocess.run(
+        [sys.executable, "-m", "recalld", "status", "--wait", "0.5", "--json"],
+        env=daemon.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert gone.returncode == 3 and json.loads(gone.stdout)["error"]["type"] == "DaemonNotRunning"

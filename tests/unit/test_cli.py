@@ -51,7 +51,9 @@ def test_a_search_imports_only_what_a_client_needs(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
     ).stdout
-    assert out.split() == ["3", "[]"]  # no daemon there: exit 3, after the same imports
+    # No daemon there: the JSON error, exit 3, after the same imports.
+    assert out.splitlines()[-2:] == ["3", "[]"]
+    assert json.loads(out.splitlines()[0])["error"]["type"] == "DaemonNotRunning"
 
 
 def test_help_lists_every_command() -> None:
@@ -89,9 +91,42 @@ def test_usage_error_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "KEY=VALUE" in err
 
 
-def test_config_error_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_bad_set_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run_main(["config", "show", "--set", "embed.nope=1"], capsys)
-    assert code == 1 and err.startswith("Error: unknown setting")
+    assert code == 2 and err.startswith("Error: unknown setting")
+    code, _, err = run_main(["config", "show", "--set", "search.limit=many"], capsys)
+    assert code == 2 and "'search.limit' must be a whole number, not 'many'" in err
+    assert "<class" not in err
+
+
+def test_a_bad_environment_value_is_an_error(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RECALLD_SEARCH__LIMIT", "many")
+    code, _, err = run_main(["config", "show"], capsys)
+    assert code == 1 and "(from env)" in err
+
+
+def test_errors_are_json_under_json(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run_main(["status", "--json"], capsys)
+    assert code == 3 and "not running" in err
+    error = json.loads(out)["error"]
+    assert error["type"] == "DaemonNotRunning" and error["exit_code"] == 3
+    code, out, _ = run_main(["search", "x", "--limit", "0", "--json"], capsys)
+    assert code == 2 and json.loads(out)["error"]["type"] == "BadParameter"
+
+
+def test_version_short_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_main(["-V"], capsys)
+    assert code == 0 and out.startswith("recalld, version")
+
+
+def test_piped_tables_are_not_cut_or_boxed(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run_main(["config", "show"], capsys)
+    assert code == 0
+    assert "│" not in out and "━" not in out
+    line = next(line for line in out.splitlines() if line.startswith("privacy.deny_secret_files"))
+    assert line.split() == ["privacy.deny_secret_files", "True", "default", "daemon"]
 
 
 def test_config_show_json_has_values_and_sources(

@@ -82,8 +82,11 @@ def test_default_file_is_used_when_present(tmp_path: Path):
     ("overrides", "message"),
     [
         ({"search.nope": "1"}, "unknown setting"),
-        ({"search.limit": "many"}, "cannot use"),
-        ({"search.gate": "maybe"}, "cannot use"),
+        (
+            {"search.limit": "many"},
+            r"'search.limit' must be a whole number, not 'many' \(from --set\)",
+        ),
+        ({"search.gate": "maybe"}, "must be true or false"),
     ],
 )
 def test_bad_values_are_config_errors(tmp_path: Path, overrides, message):

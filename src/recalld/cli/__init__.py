@@ -8,17 +8,20 @@ over its socket. One wrapper, `main`, turns errors into messages and exit codes:
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 import click
 
 from recalld import __version__
 from recalld.cli.jobs import EXIT_INTERRUPTED
-from recalld.errors import DaemonNotRunning, RecalldError
+from recalld.errors import ConfigError, DaemonNotRunning, RecalldError
 from recalld.masking import mask
 
 EXIT_ERROR = 1
+EXIT_USAGE = 2
 EXIT_UNAVAILABLE = 3
 
 # Each command's module, imported only when the command runs (or `--help` lists them all), so
@@ -72,7 +75,7 @@ class LazyGroup(click.Group):
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="recalld")
+@click.version_option(__version__, "-V", "--version", prog_name="recalld")
 def cli() -> None:
     """recalld: local-first long-term memory for AI assistants, editors and agents.
 
@@ -80,27 +83,38 @@ def cli() -> None:
     """
 
 
+def _fail(as_json: bool, code: int, kind: str, message: str) -> NoReturn:
+    """Say what went wrong on stderr (and, under `--json`, as JSON on stdout) and exit."""
+    click.echo(f"Error: {message}", err=True)
+    if as_json:
+        error = {"type": kind, "message": message, "exit_code": code}
+        click.echo(json.dumps({"error": error}, ensure_ascii=False))
+    sys.exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """The console entry point: run `cli` and map errors to messages and exit codes."""
+    args = list(argv) if argv is not None else sys.argv[1:]
+    as_json = "--json" in args
     try:
-        code = cli.main(
-            args=list(argv) if argv is not None else None,
-            prog_name="recalld",
-            standalone_mode=False,
-        )
+        code = cli.main(args=args, prog_name="recalld", standalone_mode=False)
     except click.exceptions.Abort as exc:
         click.echo("Aborted!", err=True)
         # click turns Ctrl-C into Abort; a declined prompt is an Abort of its own.
         sys.exit(EXIT_INTERRUPTED if isinstance(exc.__cause__, KeyboardInterrupt) else EXIT_ERROR)
     except click.ClickException as exc:
-        exc.show()
-        sys.exit(exc.exit_code)
+        if not as_json:
+            exc.show()
+            sys.exit(exc.exit_code)
+        _fail(as_json, exc.exit_code, type(exc).__name__, exc.format_message())
     except DaemonNotRunning as exc:
-        click.echo(f"Error: {mask(exc.message)}", err=True)
-        sys.exit(EXIT_UNAVAILABLE)
+        _fail(as_json, EXIT_UNAVAILABLE, type(exc).__name__, mask(exc.message))
+    except ConfigError as exc:
+        # A bad `--set` is a usage error, like any bad flag (exit 2).
+        usage = exc.data.get("source") == "flag"
+        _fail(as_json, EXIT_USAGE if usage else EXIT_ERROR, type(exc).__name__, mask(exc.message))
     except RecalldError as exc:
-        click.echo(f"Error: {mask(exc.message)}", err=True)
-        sys.exit(EXIT_ERROR)
+        _fail(as_json, EXIT_ERROR, type(exc).__name__, mask(exc.message))
     except BrokenPipeError:
         sys.exit(EXIT_ERROR)  # e.g. `recalld search x | head -1`
     sys.exit(code if isinstance(code, int) else 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,7 @@ from recalld.cli.jobs import job_line
 from recalld.cli.output import duration, emit, pairs, snippet, table, when
 from recalld.client import Client
 from recalld.config import LoadedSettings, default_config_path, setting_scope, settings_as_dict
-from recalld.errors import StoreError
+from recalld.errors import DaemonError, StoreError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -33,6 +34,19 @@ def _reindex_row(info: dict[str, Any] | None) -> list[tuple[str, Any]]:
     ]
 
 
+def _status_within(client: Client, seconds: float) -> dict[str, Any]:
+    # A daemon starting up answers "not ready" (a DaemonError) until its store is open.
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return client.status()
+        except DaemonError:
+            client.close()
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.2)
+
+
 def _job_rows(jobs: list[dict[str, Any]]) -> list[tuple[str, Any]]:
     # Jobs under way, then the last one finished; `recalld jobs` lists them all.
     active = [j for j in jobs if j["state"] in ("queued", "running")]
@@ -41,11 +55,19 @@ def _job_rows(jobs: list[dict[str, Any]]) -> list[tuple[str, Any]]:
 
 
 @click.command()
+@click.option(
+    "--wait",
+    type=click.FloatRange(0),
+    metavar="SECONDS",
+    help="Wait up to SECONDS for the daemon to answer (e.g. right after starting it).",
+)
 @client_command
 @pass_client
-def status(client: Client, as_json: bool) -> None:
-    """Show the daemon's state: versions, model, counts, queues, uptime."""
-    info = client.status()
+def status(client: Client, wait: float | None, as_json: bool) -> None:
+    """Show the daemon's state: versions, model, counts, queues, jobs, uptime.
+
+    Exits 3 when no daemon answers (after --wait SECONDS, if given)."""
+    info = _status_within(client, wait or 0.0)
 
     def render(out: Console) -> None:
         counts, queues = info["counts"], info["queues"]
@@ -298,14 +320,6 @@ def check(
         sys.exit(1)
 
 
-_APPLIES = {
-    "daemon": "daemon",
-    "request": "each search",
-    "client": "client",
-    "both": "client + daemon",
-}
-
-
 @click.group()
 def config() -> None:
     """Settings."""
@@ -341,12 +355,12 @@ def config_show(sets: tuple[str, ...], config_file: Path | None, as_json: bool) 
         table(
             out,
             ["setting", "value", "source", "applies"],
-            [(k, v["value"], v["source"], _APPLIES[v["applies"]]) for k, v in data.items()],
+            [(k, v["value"], v["source"], v["applies"]) for k, v in data.items()],
         )
         out.print(
-            "daemon: read by `recalld serve` when it starts (a running daemon keeps those it "
-            "started with); each search: sent with every search from this shell; client: "
-            "read by this command itself.",
+            "applies: daemon = read by `recalld serve` when it starts (a running daemon keeps "
+            "those it started with); request = sent with every search from here; client = "
+            "read by this command itself; both = client and daemon.",
             markup=False,
         )
         if unapplied:

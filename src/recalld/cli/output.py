@@ -15,11 +15,17 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
+# Piped output is for other programs: no 80-column cut (issue 17).
+PIPE_WIDTH = 10_000
+
+
 def console(stderr: bool = False) -> Console:
-    """A rich console on stdout (or stderr)."""
+    """A rich console on stdout (or stderr); one that is not a terminal is not cut at a width."""
     from rich.console import Console
 
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else PIPE_WIDTH
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
 
 
 def print_json(data: Any) -> None:
@@ -41,12 +47,22 @@ def table(
     """Draw a simple table."""
     from rich.table import Table
 
-    grid = Table(title=title, show_lines=False, header_style="bold")
+    # Piped: plain columns, one row a line, so `grep` and `cut` work on it.
+    box = None if not out.is_terminal else _default_box()
+    grid = Table(
+        title=title, show_lines=False, header_style="bold", box=box, pad_edge=box is not None
+    )
     for column in columns:
         grid.add_column(column, overflow="fold")
     for row in rows:
         grid.add_row(*("" if v is None else str(v) for v in row))
     out.print(grid)
+
+
+def _default_box() -> Any:
+    from rich import box
+
+    return box.HEAVY_HEAD  # rich's default for tables
 
 
 def pairs(out: Console, rows: Iterable[tuple[str, Any]], title: str | None = None) -> None:
