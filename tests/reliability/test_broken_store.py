@@ -22,7 +22,9 @@ from typing import Any
 import pytest
 
 from recalld.api import Memory
+from recalld.client import Client
 from recalld.config import load_settings
+from recalld.errors import NotFoundError, StoreError
 
 WORDS = "heron otter willow tide harbour lantern copper meadow falcon river cedar basalt".split()
 MEMORIES = 120
@@ -189,6 +191,20 @@ def test_repair_through_the_daemon_ends_and_points_to_the_rebuild(home: Path) ->
                 assert daemon.wait(30) == 3  # a damaged store: exit 3, never a crash
                 outcomes.append((seed, "exit 3"))
                 continue
+            # Reads that meet a damaged page answer with an error that says what to do; none
+            # is an internal error, and the connection stays.
+            with Client(home / "s.sock", timeout=30) as client:
+                for chunk_id in range(1, 200):
+                    try:
+                        client.get(chunk_id)
+                    except (NotFoundError, StoreError) as exc:
+                        assert not isinstance(exc, StoreError) or "damaged" in exc.message
+                for word in WORDS:
+                    try:
+                        client.search(word)
+                    except StoreError as exc:
+                        assert "check --offline --repair" in exc.message
+                assert client.status()["state"] == "ready"
             repair = recalld(home, "check", "--repair", timeout=120)
             assert "Traceback" not in repair.stderr, repair.stderr
             assert repair.returncode in (0, 1), repair.stderr

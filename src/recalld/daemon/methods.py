@@ -37,6 +37,7 @@ from recalld.ingest.watcher import SOURCE_KINDS
 from recalld.projects import elsewhere
 from recalld.retrieval.search import MODES
 from recalld.storage import check, projects, readers, repair
+from recalld.storage.connection import UNREADABLE, damaged_error, is_damaged
 from recalld.storage.guard import is_disk_full, os_disk_full_error, write_state
 from recalld.types import MEMORY_TYPES, Chunk, Hit
 
@@ -425,6 +426,17 @@ def error_object(exc: BaseException, method: str = "?") -> tuple[int, str, dict[
     )
 
 
+def _damaged_page(exc: BaseException) -> BaseException | None:
+    """The SQLite error saying the store is damaged, in `exc` or in the group it heads (a
+    search reads its routes in a TaskGroup), or None."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (found := _damaged_page(inner)) is not None:
+                return found
+        return None
+    return exc if isinstance(exc, UNREADABLE) and is_damaged(exc) else None
+
+
 class Dispatcher:
     """Routes requests to methods once the daemon is ready; refuses them while it is not."""
 
@@ -470,6 +482,10 @@ class Dispatcher:
         try:
             result = await method(self.context, Params(request.params), progress)
         except Exception as exc:
+            if (damaged := _damaged_page(exc)) is not None:
+                # A damaged page met by a read: a StoreError saying what to do, not a -32603.
+                logger.error("%s met a damaged page in the store: %s", request.method, damaged)
+                exc = damaged_error(self.context.memory.store.path, damaged)
             code, message, data = error_object(exc, request.method)
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug("%s failed with %d: %s", request.method, code, message)
