@@ -237,6 +237,7 @@ class Server:
         self.memory = await AsyncMemory.open(
             settings, embedder=self.config.embedder, follow_store=follow
         )
+        self._lock.lock_store_file()  # a new store exists only now
         self.sources = SourceRegistry(settings)
         wanted = PathFilter(
             excluded=[settings.store_path, self._lock.path, Path(settings.data_dir) / SOURCES_FILE]

@@ -178,7 +178,7 @@ class StoreLock:
                 "stop it first or use another store",
                 data={"lock": str(self.path)},
             ) from None
-        if self.identity:
+        if self.identity and self.store.exists():
             try:
                 self._store_fd = _lock_file_identity(self.store)
             except BaseException:
@@ -190,6 +190,15 @@ class StoreLock:
         handle.write(f"{os.getpid()}\n")
         handle.flush()
         self._handle = handle
+
+    def lock_store_file(self) -> None:
+        """Lock the database file too, once it exists (a new store: after it is created).
+
+        Raises:
+            DaemonAlreadyRunning: Another process has it locked.
+        """
+        if self.identity and self._store_fd is None and self.store.exists():
+            self._store_fd = _lock_file_identity(self.store)
 
     def release(self) -> None:
         """Drop the lock (the file stays; a lock file that exists is harmless).
@@ -207,9 +216,8 @@ class StoreLock:
 
 
 def _lock_file_identity(store: Path) -> int:
-    """Flock the database file itself (created empty if absent: SQLite takes an empty file as
-    a new database); returns the descriptor that holds the lock."""
-    fd = os.open(store, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    """Flock the database file itself; returns the descriptor that holds the lock."""
+    fd = os.open(store, os.O_RDONLY | os.O_CLOEXEC)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
