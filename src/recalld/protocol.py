@@ -128,15 +128,17 @@ def dumps_answer(message: dict[str, Any]) -> bytes:
     except (TypeError, ValueError) as exc:
         if "method" in message:  # a notification: nobody waits for it
             raise
-        return dumps(
-            error_response(
-                message.get("id"),
-                UNENCODABLE_ANSWER,
-                f"the answer holds a value JSON cannot carry ({exc}); run `recalld check` to "
-                "find it and `recalld check --repair` to fix it",
-                {"type": "IntegrityError"},
-            )
+        error = error_response(
+            message.get("id"),
+            UNENCODABLE_ANSWER,
+            f"the answer holds a value JSON cannot carry ({str(exc)[:200]}); run `recalld "
+            "check` to find it and `recalld check --repair` to fix it",
+            {"type": "IntegrityError"},
         )
+        try:
+            return dumps(error)
+        except ValueError:  # the id itself cannot be sent (a lone surrogate in a string id)
+            return dumps({**error, "id": None})
 
 
 def loads(line: bytes | str) -> Any:
@@ -147,8 +149,10 @@ def loads(line: bytes | str) -> Any:
     """
     try:
         return json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RpcError(PARSE_ERROR, f"parse error: {exc}") from exc
+    except (ValueError, RecursionError) as exc:
+        # ValueError covers bad UTF-8, bad JSON and an integer of over 4,300 digits;
+        # RecursionError, arrays or objects nested thousands deep.
+        raise RpcError(PARSE_ERROR, f"parse error: {str(exc)[:200]}") from exc
 
 
 def request(

@@ -112,6 +112,8 @@ PARAM_CASES: list[tuple[str, Any, str]] = [
     ("ingest", {"path": "relative/notes"}, "path"),
     ("forget/path", {"path": 5}, "path"),
     ("remember", {"text": "   "}, "text"),
+    ("remember", {"text": "a lone surrogate \ud800"}, "text"),
+    ("remember", {"text": "t", "tags": ["\udfff"]}, "tags"),
 ]
 
 # Lines that are wrong before any param is read: (line, expected code)
@@ -134,6 +136,23 @@ PROTOCOL_CASES: list[tuple[bytes, int]] = [
     (b'{"jsonrpc":"2.0","id":1,"method":"nosuch"}', protocol.METHOD_NOT_FOUND),
     (b'{"jsonrpc":"2.0","id":1,"method":"search/../status"}', protocol.METHOD_NOT_FOUND),
     (b'{"jsonrpc":"2.0","id":1,"method":"' + b"m" * 100_000 + b'"}', protocol.METHOD_NOT_FOUND),
+    # What Python's json cannot read at all: a 5,000-digit integer, nesting 100,000 deep.
+    (b'{"jsonrpc":"2.0","id":1,"method":"get","params":{"id":' + b"9" * 5000 + b"}}", -32700),
+    (b'{"jsonrpc":"2.0","id":' + b"9" * 5000 + b',"method":"status"}', protocol.PARSE_ERROR),
+    (
+        b'{"jsonrpc":"2.0","id":1,"method":"search","params":{"query":"q","filters":'
+        + b"[" * 100_000
+        + b"]" * 100_000
+        + b"}}",
+        protocol.PARSE_ERROR,
+    ),
+    (
+        b'{"jsonrpc":"2.0","id":1,"method":"search","params":'
+        + b'{"a":' * 50_000
+        + b"1"
+        + b"}" * 50_001,
+        protocol.PARSE_ERROR,
+    ),
 ]
 # Params that are not an object: -32602 naming `params`.
 NON_OBJECT_PARAMS = [b"[1,2]", b'"query"', b"42", b"true"]

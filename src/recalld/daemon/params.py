@@ -40,6 +40,15 @@ class InvalidParams(Exception):
         self.param = param
 
 
+def _encodable(text: str) -> bool:
+    """Whether `text` can be stored and sent as UTF-8 (JSON's `\\ud800` cannot)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _type_name(kind: type | tuple[type, ...]) -> str:
     names = {
         "str": "a string",
@@ -76,6 +85,12 @@ class Params:
         if not ok:
             raise InvalidParams(
                 f"param {self.prefix + name!r} must be {_type_name(kind)}", self.prefix + name
+            )
+        if isinstance(value, str) and not _encodable(value):
+            raise InvalidParams(
+                f"param {self.prefix + name!r} is not valid Unicode (it holds a lone surrogate "
+                "such as \\ud800)",
+                self.prefix + name,
             )
         if (
             isinstance(value, int | float)
@@ -158,7 +173,7 @@ class Params:
         """A list of strings (a single string is taken as a list of one); default empty."""
         value = self._get(name, (list, str), [])
         items = [value] if isinstance(value, str) else value
-        if not all(isinstance(v, str) for v in items):
+        if not all(isinstance(v, str) and _encodable(v) for v in items):
             raise InvalidParams(
                 f"param {self.prefix + name!r} must be a list of strings", self.prefix + name
             )
