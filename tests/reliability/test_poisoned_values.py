@@ -160,3 +160,28 @@ async def test_import_refuses_a_value_it_could_not_give_back(
             await client.import_file(bad)
         assert caught.value.data["line"] == number + 1
         assert (await client.check())["ok"]
+
+
+async def test_a_log_stamped_with_an_impossible_time_is_stored_readable(
+    daemon: Running, tmp_path: Path
+) -> None:
+    """A chat log whose timestamps are `1e400` and `-1e400` (inf once parsed) is ingested with
+    no event time from them, and every read and check of it works."""
+    log = tmp_path / "chat.jsonl"
+    lines = [
+        '{"role": "user", "content": "Where did the puffins nest?", "timestamp": 1e400}',
+        '{"role": "assistant", "content": "The puffins nest on the cliffs.", "timestamp": -1e400}',
+        '{"role": "user", "content": "And the terns?", "timestamp": 1700000000}',
+        '{"role": "assistant", "content": "The terns nest on the beach.", "timestamp": 1700000100}',
+    ]
+    log.write_text("\n".join(lines) + "\n")
+    async with daemon.client() as client:
+        await client.ingest(log)
+        for query in ("puffins cliffs", "terns beach"):
+            hits = (await client.search(query, mode="bm25"))["hits"]
+            assert hits and hits[0]["source"] == str(log)
+            got = await client.get(hits[0]["id"])
+            assert got["event_time"] is None or -1e11 < got["event_time"] < 1e11
+        assert (await client.check())["ok"]
+        out = io.StringIO()
+        assert (await client.export(out.write))["skipped_unreadable"] == []

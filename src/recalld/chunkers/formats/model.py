@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from recalld import limits
 from recalld.chunkers.options import short_hash
 
 SESSION_GAP = 4 * 3600.0
@@ -120,7 +121,9 @@ def parse_time(value: object) -> float | None:
         return None
     if isinstance(value, int | float):
         seconds = float(value)
-        return seconds / 1000.0 if seconds > 1e11 else seconds
+        seconds = seconds / 1000.0 if seconds > 1e11 else seconds
+        # `1e400` reads as inf: a time no date can show is no time (`recalld.limits`).
+        return seconds if limits.is_time(seconds) else None
     if not isinstance(value, str) or not value.strip():
         return None
     text = value.strip()
