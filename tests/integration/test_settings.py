@@ -168,3 +168,27 @@ def test_status_wait_answers_once_a_starting_daemon_is_up(
         timeout=60,
     )
     assert gone.returncode == 3 and json.loads(gone.stdout)["error"]["type"] == "DaemonNotRunning"
+
+
+def test_stop_stops_the_daemon(make_daemon: Callable[..., Daemon]) -> None:
+    daemon = make_daemon()
+    proc = daemon.start()
+    daemon.wait_ready()
+    done = subprocess.run(
+        [sys.executable, "-m", "recalld", "stop", "--json"],
+        env=daemon.env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "stopped": True,
+        "pid": proc.pid,
+        "socket": str(daemon.socket),
+    }
+    assert proc.wait(30) == 0  # a clean SIGTERM shutdown
+    again = subprocess.run(
+        [sys.executable, "-m", "recalld", "stop"], env=daemon.env, capture_output=True, timeout=60
+    )
+    assert again.returncode == 3

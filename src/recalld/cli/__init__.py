@@ -2,7 +2,7 @@
 
 Every command but `serve`, `config show`, `check --offline` and `service` talks to the daemon
 over its socket. One wrapper, `main`, turns errors into messages and exit codes:
-0 ok, 1 error, 2 usage, 3 daemon not running (or, for `serve`, could not start).
+0 ok, 1 error, 2 usage, 3 daemon not running (or, for `serve`, could not start), 130 Ctrl-C.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ COMMANDS = {
     "jobs": "jobs:jobs",
     "sources": "ingest:sources",
     "status": "admin:status",
+    "stop": "admin:stop",
     "calibrate": "admin:calibrate",
     "errors": "admin:errors",
     "check": "admin:check",

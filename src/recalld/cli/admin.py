@@ -1,8 +1,10 @@
-"""Commands for looking after the daemon and the store: `status`, `errors`, `check`, `config`."""
+"""Commands for looking after the daemon and the store: `status`, `stop`, `errors`, `check`,
+`config`."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -15,7 +17,7 @@ from recalld.cli.jobs import job_line
 from recalld.cli.output import duration, emit, pairs, snippet, table, when
 from recalld.client import Client
 from recalld.config import LoadedSettings, default_config_path, setting_scope, settings_as_dict
-from recalld.errors import DaemonError, StoreError
+from recalld.errors import DaemonError, DaemonNotRunning, StoreError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -32,6 +34,39 @@ def _reindex_row(info: dict[str, Any] | None) -> list[tuple[str, Any]]:
             f"started {when(info['started_at'])}",
         )
     ]
+
+
+@click.command()
+@click.option(
+    "--timeout",
+    type=click.FloatRange(0),
+    default=60.0,
+    show_default=True,
+    help="Seconds to wait for it to finish its requests and drain its queue.",
+)
+@client_command
+@pass_client
+def stop(client: Client, timeout: float, as_json: bool) -> None:
+    """Stop the running daemon (SIGTERM: it finishes what is in flight, drains and closes the
+    store). Exits 3 if none is running, 1 if it is still up after --timeout."""
+    info = client.status()
+    pid = int(info["pid"])
+    os.kill(pid, signal.SIGTERM)
+    client.close()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            client.status()
+        except DaemonNotRunning:
+            break
+        except DaemonError:
+            pass  # shutting down: it still answers, with an error
+        client.close()
+        time.sleep(0.2)
+    else:
+        raise click.ClickException(f"recalld (pid {pid}) is still running after {timeout:g} s")
+    stopped = {"stopped": True, "pid": pid, "socket": info["socket"]}
+    emit(stopped, as_json, lambda out: out.print(f"Stopped recalld (pid {pid}).", markup=False))
 
 
 def _status_within(client: Client, seconds: float) -> dict[str, Any]:
