@@ -270,3 +270,17 @@ async def test_redacted_chunks_and_skipped_files_are_counted(store: Store):
     assert await store.read(readers.redacted_chunks) == 1
     assert await store.read(readers.skipped_files) == {".gz": 2, "binary": 1}
     assert await store.read(lambda c: readers.skipped_files(c, "/p/")) == {".gz": 2}
+
+
+async def test_term_lookups_answer_each_term_in_one_statement(store: Store):
+    await put(store, "t.md", ["alpha beta", "alpha gamma", "ERR_CONN_RESET here", "delta"])
+    quoted = ['"alpha"', '"beta"', '"err_conn_reset"', '"missing"', '"AND"']
+    # More terms than one statement holds: the lookups split and keep the order.
+    many = quoted * 90
+    want = [2, 1, 1, 0, 0]
+    assert await store.read(lambda c: readers.document_frequencies(c, many)) == want * 90
+    assert await store.read(lambda c: readers.document_frequency(c, '"alpha"')) == 2
+    [(top, _)] = await fts(store, "err conn reset")
+    matched = await store.read(lambda c: readers.matched_terms(c, top, many))
+    assert matched == [False, False, True, False, False] * 90
+    assert await store.read(lambda c: readers.matched_terms(c, top, [])) == []

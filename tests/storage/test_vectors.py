@@ -58,11 +58,18 @@ async def knn(store: Store, q: np.ndarray, k: int = 10, filters: Filters = NO_FI
 
 async def exact(store: Store, q: np.ndarray, k: int = 10, filters: Filters = NO_FILTERS):
     tuning = store.vectors.tuning
-    store.vectors.tuning = dataclasses.replace(tuning, exact_below=2**62)
+    store.vectors.tuning = dataclasses.replace(tuning, exact_below=2**62, exact_in_memory=False)
     try:
         return await knn(store, q, k, filters)
     finally:
         store.vectors.tuning = tuning
+
+
+def use(store: Store, route: str) -> None:
+    """Search by the cascade (any size) or exactly from the float copies in memory."""
+    store.vectors.tuning = dataclasses.replace(
+        vectors.Tuning(), exact_below=0 if route == "cascade" else 20_000
+    )
 
 
 @pytest.fixture
@@ -115,11 +122,44 @@ async def test_tight_cascade_keeps_recall(filled):
     assert np.mean(recall) >= 0.95
 
 
-async def test_small_stores_stay_exact(filled):
+async def test_small_stores_are_searched_exactly_in_memory(filled):
     store, data = filled
     assert store.vectors.tuning.exact_below > 3000
     await knn(store, data[0])
-    assert store.vectors.loaded and not store.vectors.use_for((), ())
+    assert store.vectors.loaded and store.vectors.exact and not store.vectors.use_for((), ())
+    assert store.vectors.memory_bytes() >= 3000 * DIM * 4
+    rng = np.random.default_rng(17)
+    for i in rng.integers(0, len(data), 25):
+        q = unit(data[i] + 0.6 * rng.standard_normal(DIM).astype(np.float32) / np.sqrt(DIM))
+        for k, filters in ((10, NO_FILTERS), (50, Filters(kinds=("conversation",)))):
+            got, want = await knn(store, q, k, filters), await exact(store, q, k, filters)
+            assert [c for c, _ in got] == [c for c, _ in want]
+            assert np.allclose([d for _, d in got], [d for _, d in want], atol=1e-5)
+    # Asked for everything, every chunk comes back once; deep down, float rounding may swap
+    # neighbours whose distances differ by less than 1e-6, as between any two exact engines.
+    got, want = await knn(store, data[7], 3000), await exact(store, data[7], 3000)
+    assert sorted(c for c, _ in got) == sorted(c for c, _ in want)
+    assert np.allclose([d for _, d in got], [d for _, d in want], atol=1e-5)
+    assert await knn(store, data[0], 10, Filters(granularities=("nothing-stored",))) == []
+
+
+async def test_float_copies_dropped_when_big_and_reloaded_when_small(filled):
+    store, data = filled
+    store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=3200)
+    await knn(store, data[0])
+    assert store.vectors.exact
+    more = clustered(1000, seed=21)
+    for d in range(10):
+        await put(store, f"more{d}.md", more[d * 100 : (d + 1) * 100])
+    assert store.vectors.live == 4000  # 1.25 x 3200: the copies go, the cascade answers
+    assert not store.vectors.exact and store.vectors.use_for((), ())
+    assert store.vectors.memory_bytes() < 4000 * DIM * 4
+    for d in range(0, 30, 3):
+        await store.write(lambda c, d=d: writer.delete_document(c, f"doc{d}.md"))
+    assert not store.vectors.loaded  # 3000 < 3200: reloaded with copies on the next search
+    q = more[500]
+    assert [c for c, _ in await knn(store, q)] == [c for c, _ in await exact(store, q)]
+    assert store.vectors.exact and store.vectors.live == 3000
 
 
 async def test_kind_and_granularity_filters_run_inside_the_cascade(filled):
@@ -144,9 +184,10 @@ async def test_kind_and_granularity_filters_run_inside_the_cascade(filled):
     assert len(chunks) == 5 and {ch.source for ch in chunks.values()} == {"doc1.md"}
 
 
-async def test_index_follows_replace_delete_and_move(filled):
+@pytest.mark.parametrize("route", ["cascade", "memory"])
+async def test_index_follows_replace_delete_and_move(filled, route):
     store, data = filled
-    store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
+    use(store, route)
     await knn(store, data[0])  # loads the mirror
     assert store.vectors.live == 3000
 
@@ -178,9 +219,10 @@ async def test_index_follows_replace_delete_and_move(filled):
     assert chunk.source == "moved/doc2.md"
 
 
-async def test_a_rolled_back_write_leaves_the_index_alone(filled):
+@pytest.mark.parametrize("route", ["cascade", "memory"])
+async def test_a_rolled_back_write_leaves_the_index_alone(filled, route):
     store, data = filled
-    store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
+    use(store, route)
     before = await knn(store, data[0])
 
     async def broken(conn):
@@ -193,9 +235,10 @@ async def test_a_rolled_back_write_leaves_the_index_alone(filled):
     assert await knn(store, data[0]) == before
 
 
-async def test_compaction_after_many_deletes(filled):
+@pytest.mark.parametrize("route", ["cascade", "memory"])
+async def test_compaction_after_many_deletes(filled, route):
     store, data = filled
-    store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
+    use(store, route)
     await knn(store, data[0])
     for d in range(0, 30, 2):
         await store.write(lambda c, d=d: writer.delete_document(c, f"doc{d}.md"))
@@ -205,9 +248,10 @@ async def test_compaction_after_many_deletes(filled):
     assert [c for c, _ in await knn(store, q)] == [c for c, _ in await exact(store, q)]
 
 
-async def test_searches_stay_correct_while_writing(filled):
+@pytest.mark.parametrize("route", ["cascade", "memory"])
+async def test_searches_stay_correct_while_writing(filled, route):
     store, data = filled
-    store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
+    use(store, route)
     extra = clustered(2000, seed=5)
 
     async def writes():
@@ -278,9 +322,10 @@ async def test_migration_backfills_a_store_made_before_m002(tmp_path: Path):
     check.close()
 
 
-async def test_rebuild_refills_from_chunks_vec(filled):
+@pytest.mark.parametrize("route", ["cascade", "memory"])
+async def test_rebuild_refills_from_chunks_vec(filled, route):
     store, data = filled
-    store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
+    use(store, route)
     await knn(store, data[0])
     count = await store.write(lambda c: vectors.rebuild(c, DIM))
     assert count == 3000

@@ -120,11 +120,10 @@ class Searcher:
         found = {t.lower(): cache[t.lower()] for t in terms if t.lower() in cache}
         missing = [t for t in terms if t.lower() not in found]
         if missing:
-            async with self.store.reading() as conn:
-                for term in missing:
-                    found[term.lower()] = cache[term.lower()] = await readers.document_frequency(
-                        conn, quote_term(term)
-                    )
+            expressions = [quote_term(t) for t in missing]
+            counts = await self.store.read(lambda c: readers.document_frequencies(c, expressions))
+            for term, count in zip(missing, counts, strict=True):
+                found[term.lower()] = cache[term.lower()] = count
         return [found[t.lower()] for t in terms], total
 
     async def search(

@@ -260,23 +260,39 @@ async def granularity_vectors(
 @routed
 async def document_frequency(conn: Any, expression: str) -> int:
     """How many chunks match an FTS5 expression (one quoted term gives its document frequency)."""
-    rows = await fetchall(
-        conn, "SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (expression,)
-    )
-    return int(rows[0][0])
+    return (await document_frequencies(conn, [expression]))[0]
+
+
+# Terms per statement in the batched lookups below (far under SQLite's column limit of 2000).
+_TERMS_PER_QUERY = 200
+
+
+@routed
+async def document_frequencies(conn: Any, expressions: Sequence[str]) -> list[int]:
+    """`document_frequency` of each expression, in one statement per 200 (one round trip to
+    the connection's thread instead of one per term: ~0.1 ms each on a busy machine)."""
+    found: list[int] = []
+    for start in range(0, len(expressions), _TERMS_PER_QUERY):
+        part = expressions[start : start + _TERMS_PER_QUERY]
+        counts = ", ".join(
+            ["(SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?)"] * len(part)
+        )
+        rows = await fetchall(conn, f"SELECT {counts}", list(part))
+        found += [int(v) for v in rows[0]]
+    return found
 
 
 @routed
 async def matched_terms(conn: Any, chunk_id: int, expressions: Sequence[str]) -> list[bool]:
-    """Which FTS5 expressions (one quoted term each) match one chunk."""
-    found = []
-    for expression in expressions:
-        rows = await fetchall(
-            conn,
-            "SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid = ?",
-            (expression, chunk_id),
+    """Which FTS5 expressions (one quoted term each) match one chunk, in one statement per 200."""
+    found: list[bool] = []
+    for start in range(0, len(expressions), _TERMS_PER_QUERY):
+        part = expressions[start : start + _TERMS_PER_QUERY]
+        tests = ", ".join(
+            ["EXISTS (SELECT 1 FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid = ?)"] * len(part)
         )
-        found.append(bool(rows))
+        rows = await fetchall(conn, f"SELECT {tests}", [v for e in part for v in (e, chunk_id)])
+        found += [bool(v) for v in rows[0]]
     return found
 
 

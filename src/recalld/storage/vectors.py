@@ -1,8 +1,12 @@
-"""Vector search that holds at a million chunks: bit codes in memory, exact rescoring in SQLite.
+"""Vector search at memory speed: exact from float copies in memory for small stores, and a
+cascade of bit codes in memory with exact rescoring in SQLite that holds at a million chunks.
 
 sqlite-vec 0.1 has no ANN index: its exact KNN reads every vector, ~50-90 ms per query at
-100k x 384 on a 2-core laptop, growing linearly (issue 7). Below `Tuning.exact_below` live
-chunks `readers.knn` keeps that exact path; above it, it runs this cascade:
+100k x 384 on a 2-core laptop, growing linearly (issue 7), and ~6-13 ms at 14k (issue 20).
+Below `Tuning.exact_below` live chunks the mirror also holds every vector as float32 (1,536
+bytes a 384-d chunk, so at most ~38 MB: the copies are dropped above 1.25 x `exact_below`) and
+answers exactly with one matrix-vector product (~1 ms at 14k). Above it, `readers.knn` runs
+this cascade:
 
 1. **Hamming** distance between the query's sign bits and every chunk's, over a column-major
    matrix of 64-bit words held in memory (~11 ms per million 384-d chunks).
@@ -81,7 +85,10 @@ class Tuning:
     neighbours grows with the store (the pessimistic case); see the README's Benchmarks.
 
     Attributes:
-        exact_below: Stores with fewer live chunks use sqlite-vec's exact KNN.
+        exact_below: Stores with fewer live chunks are searched exactly, from float copies
+            held in memory (loaded with the mirror; kept up to 1.25 x this, then dropped).
+        exact_in_memory: False: small stores use sqlite-vec's exact KNN instead (the
+            baseline benchmarks and tests compare against).
         stage1_fraction, stage1_min: Hamming distance on the sign bits.
         stage2_fraction, stage2_min: The float query against the sign bits.
         stage3_fraction, stage3_min: The float query against two bits a dimension (sign and
@@ -90,6 +97,7 @@ class Tuning:
     """
 
     exact_below: int = 20_000
+    exact_in_memory: bool = True
     stage1_fraction: float = 0.03
     stage1_min: int = 2_000
     stage2_fraction: float = 0.01
@@ -123,14 +131,18 @@ def encode(vectors: npt.NDArray[np.floating[Any]], dimension: int) -> npt.NDArra
 class _Arrays:
     """One generation of the mirror's arrays; a search keeps the object it started with."""
 
-    __slots__ = ("alive", "codes", "grans", "ids", "kinds", "size")
+    __slots__ = ("alive", "codes", "floats", "grans", "ids", "kinds", "size")
 
-    def __init__(self, words: int, capacity: int) -> None:
+    def __init__(self, words: int, capacity: int, dimension: int | None = None) -> None:
         self.codes = np.zeros((words, capacity), dtype=np.uint64)  # column-major: fast popcount
         self.ids = np.zeros(capacity, dtype=np.int64)
         self.kinds = np.zeros(capacity, dtype=np.uint8)
         self.grans = np.zeros(capacity, dtype=np.uint8)
         self.alive = np.zeros(capacity, dtype=bool)
+        # Row-major float copies for the exact in-memory search of small stores (None: big).
+        self.floats: FloatArray | None = (
+            None if dimension is None else np.zeros((capacity, dimension), dtype=np.float32)
+        )
         self.size = 0
 
     @property
@@ -139,9 +151,14 @@ class _Arrays:
 
     def grown(self, needed: int) -> _Arrays:
         """A copy with room for `needed` more rows."""
-        new = _Arrays(self.codes.shape[0], max(1024, 2 * self.capacity, self.size + needed))
+        dimension = None if self.floats is None else self.floats.shape[1]
+        new = _Arrays(
+            self.codes.shape[0], max(1024, 2 * self.capacity, self.size + needed), dimension
+        )
         n = self.size
         new.codes[:, :n] = self.codes[:, :n]
+        if new.floats is not None and self.floats is not None:
+            new.floats[:n] = self.floats[:n]
         for name in ("ids", "kinds", "grans", "alive"):
             getattr(new, name)[:n] = getattr(self, name)[:n]
         new.size = n
@@ -194,7 +211,16 @@ class VectorIndex:
         a = self._arrays
         if a is None:
             return 0
-        return sum(int(getattr(a, n).nbytes) for n in ("codes", "ids", "kinds", "grans", "alive"))
+        arrays: list[npt.NDArray[Any]] = [a.codes, a.ids, a.kinds, a.grans, a.alive]
+        if a.floats is not None:
+            arrays.append(a.floats)
+        return sum(int(x.nbytes) for x in arrays)
+
+    @property
+    def exact(self) -> bool:
+        """Whether searches run exactly on the float copies in memory (a small store)."""
+        a = self._arrays
+        return a is not None and a.floats is not None and self.tuning.exact_in_memory
 
     def _label(self, value: str) -> int:
         if value not in self._vocab:
@@ -245,6 +271,14 @@ class VectorIndex:
                 self._upsert(*payload)
         if self._dead > max(1024, self._live // 4):
             self._compact()
+        a = self._arrays
+        if a is None:
+            return
+        if a.floats is not None and self._live >= self.tuning.exact_below * 5 // 4:
+            a.floats = None  # big now: the cascade answers; searches hold their own reference
+            logger.info("the vector index dropped its float copies at %d chunks", self._live)
+        elif a.floats is None and self._live < self.tuning.exact_below:
+            self._unload()  # small again: the next search reloads it with float copies
 
     def rollback(self) -> None:
         """The transaction rolled back: forget what it staged."""
@@ -315,6 +349,7 @@ class VectorIndex:
         codes: npt.NDArray[np.uint8],
         kinds: Sequence[str],
         grans: Sequence[str],
+        floats: FloatArray,
     ) -> None:
         if not len(chunk_ids):
             return
@@ -329,6 +364,8 @@ class VectorIndex:
             a = self._arrays = a.grown(count)
         start, end = a.size, a.size + count
         a.codes[:, start:end] = np.ascontiguousarray(codes).view(np.uint64).T
+        if a.floats is not None:
+            a.floats[start:end] = floats[:, : self.dimension]
         a.ids[start:end] = chunk_ids
         a.kinds[start:end] = [self._label(k) for k in kinds]
         a.grans[start:end] = [self._label(g) for g in grans]
@@ -340,9 +377,12 @@ class VectorIndex:
         old = self._arrays
         assert old is not None
         keep = np.flatnonzero(old.alive[: old.size])
-        new = _Arrays(2 * self._words, max(1024, len(keep) * 5 // 4))
+        dimension = None if old.floats is None else self.dimension
+        new = _Arrays(2 * self._words, max(1024, len(keep) * 5 // 4), dimension)
         n = len(keep)
         new.codes[:, :n] = old.codes[:, keep]
+        if new.floats is not None and old.floats is not None:
+            new.floats[:n] = old.floats[keep]
         new.ids[:n] = old.ids[keep]
         new.kinds[:n] = old.kinds[keep]
         new.grans[:n] = old.grans[keep]
@@ -367,10 +407,17 @@ class VectorIndex:
             async with conn.execute("SELECT count(*) FROM vector_codes") as cursor:
                 total = int((await cursor.fetchone())[0])
             # Rows arrive in batches straight into the arrays: no million-item Python lists.
-            arrays = _Arrays(2 * self._words, max(1024, total * 5 // 4))
-            async with conn.execute(
-                "SELECT chunk_id, code, kind, granularity FROM vector_codes"
-            ) as cursor:
+            small = total < self.tuning.exact_below
+            arrays = _Arrays(
+                2 * self._words, max(1024, total * 5 // 4), self.dimension if small else None
+            )
+            sql = "SELECT c.chunk_id, c.code, c.kind, c.granularity"
+            sql += (
+                ", f.embedding FROM vector_codes c LEFT JOIN vector_floats f USING (chunk_id)"
+                if small
+                else " FROM vector_codes c"
+            )
+            async with conn.execute(sql) as cursor:
                 while rows := await cursor.fetchmany(_LOAD_BATCH):
                     if arrays.size + len(rows) > arrays.capacity:
                         arrays = arrays.grown(len(rows))  # rows committed since the count
@@ -390,6 +437,13 @@ class VectorIndex:
         arrays.ids[start:end] = [r[0] for r in rows]
         arrays.kinds[start:end] = [self._label(r[2]) for r in rows]
         arrays.grans[start:end] = [self._label(r[3]) for r in rows]
+        if arrays.floats is not None:
+            # A chunk without a float copy (never written so) stays a zero vector: unfindable.
+            width = 4 * self.dimension
+            blob = b"".join(r[4] if r[4] and len(r[4]) == width else bytes(width) for r in rows)
+            arrays.floats[start:end] = np.frombuffer(blob, dtype=np.float32).reshape(
+                -1, self.dimension
+            )
         arrays.alive[start:end] = True
         arrays.size = end
 
@@ -399,6 +453,33 @@ class VectorIndex:
         """Whether the cascade should answer (the store is big enough, the mirror is loaded)."""
         del kinds, granularities  # both filters run inside the cascade
         return self._arrays is not None and self._live >= self.tuning.exact_below
+
+    def nearest(
+        self, query: FloatArray, k: int, kinds: Sequence[str], granularities: Sequence[str]
+    ) -> list[tuple[int, float]]:
+        """The exact `k` nearest `(chunk_id, cosine distance)` from the float copies, nearest
+        first, ties by id (blocking numpy; run in a thread). Vectors are unit length, so the
+        distance is 1 - dot, as sqlite-vec's cosine distance up to float rounding."""
+        a = self._arrays
+        if a is None or a.floats is None:
+            return []
+        n, floats, ids = a.size, a.floats, a.ids
+        q = np.asarray(query, dtype=np.float32).reshape(-1)[: self.dimension]
+        scores = floats[:n] @ q
+        valid = a.alive[:n]
+        for values, column in ((kinds, a.kinds), (granularities, a.grans)):
+            if values:
+                labels = [self._vocab[v] for v in values if v in self._vocab]
+                valid = valid & np.isin(column[:n], labels)
+        eligible = int(np.count_nonzero(valid))
+        if eligible == 0:
+            return []
+        if eligible < n:
+            scores[~valid] = -np.inf
+        take = min(k, eligible)
+        best = np.argpartition(-scores, take - 1)[:take] if take < n else np.arange(n)
+        best = best[np.lexsort((ids[best], -scores[best]))]
+        return [(int(ids[i]), float(1.0 - scores[i])) for i in best]
 
     def candidates(
         self, query: FloatArray, k: int, kinds: Sequence[str], granularities: Sequence[str]
@@ -555,7 +636,7 @@ async def insert(
     )
     index = _WRITERS.get(conn)
     if index is not None:
-        index.stage(("upsert", (ids, codes, [r[2] for r in rows], [r[3] for r in rows])))
+        index.stage(("upsert", (ids, codes, [r[2] for r in rows], [r[3] for r in rows], matrix)))
 
 
 async def delete(conn: Any, chunk_ids: Sequence[int]) -> None:
@@ -646,10 +727,12 @@ async def search(
     """The cascade's `k` nearest chunks as `(chunk_id, cosine distance)`, nearest first.
 
     Returns:
-        None when the exact path should answer instead (a small store).
+        None when sqlite-vec's exact KNN should answer instead.
     """
     await index.catch_up(conn)
     await index.ensure_loaded(conn)
+    if index.exact:
+        return await asyncio.to_thread(index.nearest, vector, k, kinds, granularities)
     if not index.use_for(kinds, granularities):
         return None
     ids = await asyncio.to_thread(index.candidates, vector, k, kinds, granularities)

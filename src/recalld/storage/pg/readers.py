@@ -196,6 +196,11 @@ async def document_frequency(conn: PgConn, expression: str) -> int:
     return int(rows[0][0])
 
 
+async def document_frequencies(conn: PgConn, expressions: Sequence[str]) -> list[int]:
+    """`document_frequency` of each expression."""
+    return [await document_frequency(conn, e) for e in expressions]
+
+
 async def matched_terms(conn: PgConn, chunk_id: int, expressions: Sequence[str]) -> list[bool]:
     """Which expressions (one quoted term each) match one chunk."""
     if not expressions:
