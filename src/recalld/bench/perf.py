@@ -106,10 +106,13 @@ class Peer:
                 cwd=self.workdir,
                 env=env,
             )
-            # wait4 rather than wait: its resource usage is this one process's peak RSS.
-            _, status, usage = os.wait4(proc.pid, 0)
-            proc.returncode = os.waitstatus_to_exitcode(status)
-        self.last_rss_mb = round(usage.ru_maxrss / 1024, 1)
+            # Its peak RSS, sampled from /proc while it runs: a child's ru_maxrss would count
+            # this (large) process's pages at the fork.
+            peak = 0.0
+            while proc.poll() is None:
+                peak = max(peak, rss_mb(proc.pid).get("VmHWM", 0.0))
+                time.sleep(0.05)
+        self.last_rss_mb = peak
         if proc.returncode != 0:
             raise RuntimeError(f"vstash driver {args[0]} failed: {err.read_text()[-2000:]}")
         return out.read_text()
