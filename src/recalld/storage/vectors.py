@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
 logger = logging.getLogger(__name__)
 
@@ -465,7 +466,10 @@ class VectorIndex:
             return []
         n, floats, ids = a.size, a.floats, a.ids
         q = np.asarray(query, dtype=np.float32).reshape(-1)[: self.dimension]
-        scores = floats[:n] @ q
+        # One BLAS thread: the product is memory-bound, and OpenBLAS's extra threads spin.
+        # On a loaded 2-core machine 14k x 384 took 9.2 ms so against 32.6 ms by default.
+        with _blas().limit(limits=1, user_api="blas"):
+            scores = floats[:n] @ q
         valid = a.alive[:n]
         for values, column in ((kinds, a.kinds), (granularities, a.grans)):
             if values:
@@ -558,6 +562,15 @@ class VectorIndex:
 
 _SPLIT_ABOVE = 200_000
 _POOL: ThreadPoolExecutor | None = None
+_BLAS: ThreadpoolController | None = None
+
+
+def _blas() -> ThreadpoolController:
+    # Built once: it inspects the loaded libraries (~ms); each limit after that costs ~60 us.
+    global _BLAS
+    if _BLAS is None:
+        _BLAS = ThreadpoolController()
+    return _BLAS
 
 
 def _pool() -> ThreadPoolExecutor:
