@@ -202,9 +202,16 @@ async def test_scheduler_keeps_ignored_and_secret_files_out(
         "src/.gitignore",
         "src/main.py",
     ]
-    # Watcher events for what is kept out ingest nothing (the symlink, the build tree, .env).
+    # Watcher events for what is kept out ingest nothing (the symlink, a file seen through a
+    # linked folder that leads out, the build tree, .env).
+    (root / "linked").symlink_to(tmp_path / "elsewhere")
     report = await scheduler.process(
-        [Job(root / "leak.md"), Job(root / "build" / "out.txt"), Job(root / ".env")]
+        [
+            Job(root / "leak.md"),
+            Job(root / "linked" / "passwd.txt"),
+            Job(root / "build" / "out.txt"),
+            Job(root / ".env"),
+        ]
     )
     assert report.files == 0 and report.ingested == 0
     assert "leak.md" not in await stored(memory, root)

@@ -346,6 +346,9 @@ class Scope:
         is_dir = os.path.isdir(absolute) and not os.path.islink(absolute)
         if (reason := self.refusal(absolute, rules, is_dir=is_dir)) is not None:
             return reason
-        if os.path.islink(absolute):
+        # A link anywhere below the root (the file, or a linked folder on the way) moves the
+        # real path away from where it would be without links.
+        unlinked = os.path.join(os.path.realpath(self.root), os.path.relpath(absolute, self.root))
+        if os.path.realpath(absolute) != unlinked:
             return self.symlink_refusal(absolute)
         return None
