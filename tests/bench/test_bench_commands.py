@@ -254,6 +254,7 @@ def test_perf_times_recalld_in_process_over_the_socket_and_as_a_process(tmp_path
     assert report["ndcg@10"]["recalld"] == 1.0
     assert {"embed_ms", "total_ms"} <= set(report["stages_ms_p50"])
     assert report["rss_mb"]["daemon"]["VmRSS"] > 0
+    assert report["socket_transport_ms"]["p50_ms"] > 0
 
 
 def test_perf_without_the_peer_says_how_to_set_it_up(tmp_path: Path):

@@ -700,7 +700,10 @@ def perf(
     _emit("perf", report, as_json, results, rows, header)
     if not as_json:
         click.echo(f"recalld stages (p50 ms): {report['stages_ms_p50']}")
-        click.echo(f"socket overhead p50: {report['socket_overhead_ms_p50']} ms")
+        click.echo(
+            f"socket overhead p50: {report['socket_overhead_ms_p50']} ms against in-process; "
+            f"client wall minus the daemon's own search time: {report['socket_transport_ms']}"
+        )
         click.echo(f"NDCG@10: {report['ndcg@10']}; RSS MB: {report['rss_mb']}")
         click.echo(f"chunks: {report['chunks']}; ingest: {report['ingest']}")
 

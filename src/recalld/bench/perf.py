@@ -278,6 +278,9 @@ async def run(
         await memory.search("warm up", limit=K)
         await asyncio.to_thread(client.search, "warm up", limit=K)
         report.update(await _search_blocks(memory, client, peer, queries, qrels, blocks))
+        report["socket_transport_ms"] = await asyncio.to_thread(
+            _transport, client, list(queries.values())[:50]
+        )
         report["cli"] = await asyncio.to_thread(
             _cli, daemon, peer, list(queries.values()), cli_runs
         )
@@ -355,6 +358,18 @@ async def _search_blocks(
             }
         out["ratio_to_vstash"] = ratios
     return out
+
+
+def _transport(client: Client, queries: list[str]) -> dict[str, float]:
+    """What the socket adds to a search: wall time at the client minus the daemon's own
+    `total_ms` (asked with `explain`, on a fresh query text so no cache answers)."""
+    extra = []
+    for text in queries:
+        started = time.perf_counter()
+        result = client.search(text + " ", limit=K, explain=True)
+        wall = (time.perf_counter() - started) * 1000
+        extra.append(wall - result["explain"]["timings_ms"]["total_ms"])
+    return summary(extra)
 
 
 def _cli(daemon: Daemon, peer: Peer | None, queries: list[str], runs: int) -> dict[str, Any]:
