@@ -65,6 +65,8 @@ def test_help_lists_every_command() -> None:
         "remember",
         "get",
         "forget",
+        "unforget",
+        "list",
         "ingest",
         "sources",
         "status",
