@@ -457,14 +457,21 @@ class VectorIndex:
 
     def nearest(
         self, query: FloatArray, k: int, kinds: Sequence[str], granularities: Sequence[str]
-    ) -> list[tuple[int, float]]:
+    ) -> list[tuple[int, float]] | None:
         """The exact `k` nearest `(chunk_id, cosine distance)` from the float copies, nearest
         first, ties by id (blocking numpy; run in a thread). Vectors are unit length, so the
-        distance is 1 - dot, as sqlite-vec's cosine distance up to float rounding."""
+        distance is 1 - dot, as sqlite-vec's cosine distance up to float rounding.
+
+        Returns:
+            None when there are no float copies (any more): the store is big.
+        """
         a = self._arrays
-        if a is None or a.floats is None:
-            return []
+        if a is None:
+            return None
+        # Read once: a commit may drop the copies (a.floats = None) while this runs.
         n, floats, ids = a.size, a.floats, a.ids
+        if floats is None:
+            return None
         q = np.asarray(query, dtype=np.float32).reshape(-1)[: self.dimension]
         # One BLAS thread: the product is memory-bound, and OpenBLAS's extra threads spin.
         # On a loaded 2-core machine 14k x 384 took 9.2 ms so against 32.6 ms by default.
@@ -745,7 +752,9 @@ async def search(
     await index.catch_up(conn)
     await index.ensure_loaded(conn)
     if index.exact:
-        return await asyncio.to_thread(index.nearest, vector, k, kinds, granularities)
+        found = await asyncio.to_thread(index.nearest, vector, k, kinds, granularities)
+        if found is not None:
+            return found
     if not index.use_for(kinds, granularities):
         return None
     ids = await asyncio.to_thread(index.candidates, vector, k, kinds, granularities)
