@@ -4,6 +4,7 @@ that is full says "busy" (exit 1), never "not running" (exit 3)."""
 
 from __future__ import annotations
 
+import asyncio
 import select
 import socket
 import subprocess
@@ -15,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from recalld import protocol
-from recalld.daemon.server import EVICT_IDLE_S, MAX_CONNECTIONS
+from recalld.client import AsyncClient
+from recalld.daemon.server import EVICT_IDLE_S, MAX_CONNECTIONS, SocketServer
+from recalld.errors import DaemonBusy
 from tests.integration.conftest import Daemon
-
-pytestmark = pytest.mark.integration
+from tests.pipeline.conftest import Running, wait_until
 
 MB = 2**20
 
@@ -59,6 +61,7 @@ def cli(daemon: Daemon, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.integration
 def test_clients_that_never_read_cost_bounded_memory(
     make_daemon: Callable[..., Daemon],
 ) -> None:
@@ -87,6 +90,7 @@ def test_clients_that_never_read_cost_bounded_memory(
     assert daemon.stop() == 0
 
 
+@pytest.mark.integration
 def test_idle_connections_cannot_lock_others_out_and_a_full_daemon_says_busy(
     make_daemon: Callable[..., Daemon],
 ) -> None:
@@ -115,3 +119,44 @@ def test_idle_connections_cannot_lock_others_out_and_a_full_daemon_says_busy(
             sock.close()
     assert daemon.client.status()["state"] == "ready"
     assert daemon.stop() == 0
+
+
+async def test_clients_stuck_on_unread_answers_give_way_to_new_ones(
+    daemon: Running, short_dir: Path
+) -> None:
+    server = SocketServer(
+        short_dir / "side" / "s.sock",
+        daemon.server.dispatcher,
+        max_connections=4,
+        evict_idle_after=0.5,
+    )
+    await server.start()
+    stuck = []
+    try:
+        flood = protocol.dumps(protocol.request(1, "no/such/method")) * 20000
+        for _ in range(4):
+            _, writer = await asyncio.open_unix_connection(str(server.path))
+            writer.write(flood)  # and never read the answers
+            stuck.append(writer)
+
+        def all_stalled() -> bool:
+            # The daemon stopped reading them: their requests back up on our side.
+            return all(w.transport.get_write_buffer_size() > 0 for w in stuck)
+
+        await wait_until(all_stalled, 20)
+        # Every slot is held by a client that stopped reading; a newcomer gets one once they
+        # have been stuck for `evict_idle_after` (retrying "busy", as a client would).
+        deadline = asyncio.get_running_loop().time() + 10
+        while True:
+            try:
+                async with AsyncClient(server.path, timeout=10) as client:
+                    assert (await client.status())["state"] == "ready"
+                break
+            except DaemonBusy:
+                assert asyncio.get_running_loop().time() < deadline, "stuck clients kept every slot"
+                await asyncio.sleep(0.2)
+        assert server.evicted >= 1
+    finally:
+        for writer in stuck:
+            writer.transport.abort()
+        await server.stop(1)

@@ -11,10 +11,11 @@
   uid gets -32004 and is closed. The file modes keep other users out already; this holds even
   when someone loosens them (issue 6).
 - At most `MAX_CONNECTIONS` connections are served at once. When they are all taken, the one
-  idle the longest (no request running, none for `EVICT_IDLE_S` at least) is closed to make
-  room, so idle clients cannot lock others out; if none is, the newcomer gets -32005
-  (`DaemonBusy`, "busy") and is closed. A connection that sends no complete line for
-  `IDLE_TIMEOUT_S`, or does not read its answers for as long, is closed (clients reconnect).
+  quiet the longest (asking nothing, or not reading what it was sent, for `EVICT_IDLE_S` at
+  least) is closed to make room, so idle or stuck clients cannot lock others out; if none
+  is, the newcomer gets -32005 (`DaemonBusy`, "busy") and is closed. A connection that sends
+  no complete line for `IDLE_TIMEOUT_S`, or does not read its answers for as long, is closed
+  (clients reconnect).
 - Memory per connection is bounded: nothing is read ahead of the request being answered (the
   socket is not read while it runs), and its answer waits for the peer to read the one before,
   so a client that sends and never reads holds one request and one answer, not megabytes.
@@ -253,7 +254,12 @@ class _Peer:
 
     transport: asyncio.Transport
     idle_since: float | None  # monotonic time its last answer went out; None while busy
+    stalled_since: float | None = None  # since when an answer waits for the peer to read it
     evicted: bool = False
+
+    def quiet_since(self) -> float | None:
+        """Since when it has asked nothing, or read nothing it was sent (None: working)."""
+        return self.idle_since if self.idle_since is not None else self.stalled_since
 
 
 class SocketServer:
@@ -398,22 +404,15 @@ class SocketServer:
     def _evict_idle(self) -> bool:
         """Close the connection idle the longest, if one has been for `evict_idle_after` s."""
         now = time.monotonic()
-        idle = [
-            p
-            for p in self._peers
-            if not p.evicted
-            and p.idle_since is not None
-            and now - p.idle_since >= self.evict_idle_after
-        ]
+        quiet = [(since, p) for p in self._peers if (since := p.quiet_since()) is not None]
+        idle = [(s, p) for s, p in quiet if not p.evicted and now - s >= self.evict_idle_after]
         if not idle:
             return False
-        victim = min(idle, key=lambda p: p.idle_since or 0.0)
+        since, victim = min(idle, key=lambda pair: pair[0])
         victim.evicted = True
         victim.transport.abort()
         self.evicted += 1
-        logger.debug(
-            "closed a connection idle for %.0f s to make room", now - (victim.idle_since or now)
-        )
+        logger.debug("closed a connection quiet for %.0f s to make room", now - since)
         return True
 
     async def _refuse(self, writer: asyncio.StreamWriter, code: int, message: str) -> None:
@@ -451,6 +450,9 @@ class SocketServer:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         lock = asyncio.Lock()
+        transport = writer.transport
+        assert isinstance(transport, asyncio.Transport)
+        peer = _Peer(transport, time.monotonic())
 
         async def send(message: dict[str, Any]) -> None:
             async with lock:
@@ -463,6 +465,8 @@ class SocketServer:
                     )
                     writer.transport.abort()
                     return
+                # Waiting for the peer to read is idleness too: such a peer may lose its slot.
+                peer.stalled_since = time.monotonic()
                 try:
                     async with asyncio.timeout(self.idle_timeout):
                         await writer.drain()
@@ -477,10 +481,9 @@ class SocketServer:
                     # The peer left (e.g. a client that timed out): what it asked for goes on
                     # to the end, an ingest above all; only its messages are dropped (issue 17).
                     writer.transport.abort()
+                finally:
+                    peer.stalled_since = None
 
-        transport = writer.transport
-        assert isinstance(transport, asyncio.Transport)
-        peer = _Peer(transport, time.monotonic())
         self._peers.add(peer)
         try:
             await self._read_loop(reader, send, peer)
