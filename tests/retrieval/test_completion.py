@@ -90,8 +90,12 @@ async def test_every_hit_has_both_routes_scores_and_they_are_the_real_ones(memor
     assert completed["vector"] >= 1 and completed["bm25"] >= 1
 
 
-async def test_completion_is_off_by_default_and_changes_only_hybrid(memory: AsyncMemory):
-    plain = await memory.searcher.search(QUERY, limit=5, candidates=5, gate=False)
+async def test_completion_is_on_by_default_and_changes_only_hybrid(memory: AsyncMemory):
+    completed = await memory.searcher.search(QUERY, limit=5, candidates=5, gate=False)
+    assert all(len(h.explain["routes"]) == 2 for h in completed.hits)
+    plain = await memory.searcher.search(
+        QUERY, limit=5, candidates=5, gate=False, complete_scores=False
+    )
     assert any(len(h.explain["routes"]) == 1 for h in plain.hits)
     assert not any(e.get("completed") for h in plain.hits for e in h.explain["routes"].values())
     alone = await memory.searcher.search(QUERY, mode="bm25", limit=5, complete_scores=True)

@@ -67,7 +67,7 @@ async def test_calibration_is_deterministic_recorded_and_used(memory: AsyncMemor
     choice = first.kinds["text"]
     assert choice.queries >= selftune.MIN_QUERIES
     assert set(choice.scores) == set(selftune.FAMILIES)
-    assert choice.family in selftune.FAMILIES and choice.prior == "score/coverage"
+    assert choice.family in selftune.FAMILIES and choice.prior == "score/coverage+complete"
     # The winner has the best mean reciprocal rank; a tie would have kept the prior.
     assert choice.scores[choice.family] == max(choice.scores.values())
     assert {k: v.as_dict() for k, v in again.kinds.items()} == {

@@ -83,12 +83,13 @@ async def forget_by_query(ctx: Context, params: Params) -> dict[str, Any]:
     searcher = ctx.memory.searcher
     result = await searcher.search(query, limit=limit, filters=filters)
     # Each match must stand on its own as the gate's evidence does (a keyword hit, or a vector
-    # closer than tau): a vector search always returns neighbours, related or not.
+    # closer than tau): a vector search always returns neighbours, related or not. A keyword
+    # score that score completion looked up (no rank) is no keyword hit of the route.
     tau = searcher.settings.tau or searcher.calibration.tau
     hits = [
         h
         for h in result.hits
-        if "bm25" in h.explain.get("routes", {})
+        if "rank" in h.explain.get("routes", {}).get("bm25", {})
         or h.explain.get("routes", {}).get("vector", {}).get("similarity", 0.0) >= tau
     ]
     matches = [
