@@ -19,6 +19,7 @@ from recalld.ingest.facts_llm import CACHE_FILE, LLMFactExtractor
 from recalld.ingest.pipeline import Ingestor
 from recalld.storage import readers
 from tests.helpers.fake_openai import FakeOpenAI
+from tests.pipeline.conftest import Running
 
 AWS_ID = "AKIAQ3EGRTX7NLZW4P6K"
 GITHUB = "ghp_R7u2Kq9Xw4Zt1Lm8Nb3Vc6Hj5Gf0Ds2Ay7Pe"
@@ -130,3 +131,29 @@ async def test_add_file_refuses_a_secret_file_unless_allowed(
         await memory.add_file(env)
     report = await memory.add_file(env, allow_secrets=True)
     assert report.status == "ingested" and GITHUB in await all_text(memory)
+
+
+async def test_an_edit_records_what_its_new_text_redacts(daemon: Running) -> None:
+    """`meta.redacted` describes the memory's current text after each edit, over the socket."""
+    async with daemon.client() as aio:
+        chunk_id = (await aio.remember(f"The staging deploy uses {GITHUB}"))["id"]
+        before = await aio.get(chunk_id)
+        assert [r["type"] for r in before["meta"]["redacted"]] == ["github_token"]
+
+        text = f"Deploys now sign in with {AWS_ID}; the db password: hunter2x."
+        await aio.update(chunk_id, text=text)
+        after = await aio.get(chunk_id)
+        assert AWS_ID not in after["text"] and "hunter2x" not in after["text"]
+        marks = after["meta"]["redacted"]
+        assert [r["type"] for r in marks] == ["aws_access_key", "password"]
+        for mark in marks:
+            assert after["text"][mark["at"] :].startswith(f"[REDACTED:{mark['type']}]")
+
+        # Other edits keep the markers; a text without secrets has none left.
+        await aio.update(chunk_id, tags=["deploy"])
+        assert (await aio.get(chunk_id))["meta"]["redacted"] == marks
+        await aio.update(chunk_id, text="Deploys now sign in through the SSO portal.")
+        assert "redacted" not in (await aio.get(chunk_id))["meta"]
+        history = json.dumps(await aio.history(chunk_id))
+        assert "[REDACTED:aws_access_key]" in history
+        assert AWS_ID not in history and GITHUB not in history and "hunter2x" not in history

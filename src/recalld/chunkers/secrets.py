@@ -289,6 +289,13 @@ def redact_note(found: Sequence[Found]) -> str:
     return f"redacted {len(found)} secret{'s' if len(found) != 1 else ''}: {listed}"
 
 
+def redact_marked(text: str, *, entropy: bool = True) -> tuple[str, list[dict[str, object]]]:
+    """`text` redacted, and every marker the result holds (type and offset, for a chunk's
+    `meta.redacted`): what `import` writes for text that did not go through ingest."""
+    clean, found = redact(text, entropy=entropy)
+    return (clean, markers(clean)) if found else (text, [])
+
+
 def mark_redactions(chunks: Sequence[ChunkDraft]) -> list[ChunkDraft]:
     """The chunks, each holding a marker recording them in `meta["redacted"]`."""
     out = []

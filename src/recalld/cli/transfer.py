@@ -103,14 +103,22 @@ def export(
         )
 
 
-def _import_offline(loaded: LoadedSettings, path: Path, replace: bool) -> dict[str, Any]:
+def _import_offline(
+    loaded: LoadedSettings, path: Path, replace: bool, allow_secrets: bool
+) -> dict[str, Any]:
     """Import with the daemon stopped: its lock, the configured model, our own loop."""
     # Imported only here: the store, the model and the ingest pipeline are heavy.
     from recalld.storage.importer import import_file
 
     return run_offline(
         loaded.settings,
-        lambda memory: import_file(memory.store, path, memory.ingestor.embed, replace=replace),
+        lambda memory: import_file(
+            memory.store,
+            path,
+            memory.ingestor.embed,
+            replace=replace,
+            redact=None if allow_secrets else memory.ingestor.import_redaction(),
+        ),
         "`recalld import` without --offline",
     )
 
@@ -143,22 +151,29 @@ def _render_import(report: dict[str, Any]) -> Callable[[Console], None]:
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--replace", is_flag=True, help="Overwrite stored documents whose content differs.")
 @click.option("--offline", is_flag=True, help="Write the store file directly (daemon stopped).")
+@click.option(
+    "--allow-secrets",
+    is_flag=True,
+    help="Store the file's texts as they are, keys and tokens included (not redacted).",
+)
 @settings_options
 @json_option
 def import_(
     file: Path,
     replace: bool,
     offline: bool,
+    allow_secrets: bool,
     sets: tuple[str, ...],
     config_file: Path | None,
     as_json: bool,
 ) -> None:
     """Restore an export into the store: ids remapped, nothing duplicated when run twice;
-    vectors reused when the model matches, re-embedded otherwise."""
+    vectors reused when the model matches, re-embedded otherwise. Keys, tokens and passwords
+    in its texts are redacted as ingest redacts them (privacy.redact), unless --allow-secrets."""
     path = file.expanduser().resolve()
     if offline:
-        report = _import_offline(load(config_file, sets), path, replace)
+        report = _import_offline(load(config_file, sets), path, replace, allow_secrets)
     else:
         with connect(config_file, sets) as client:
-            report = client.import_file(path, replace=replace)
+            report = client.import_file(path, replace=replace, allow_secrets=allow_secrets)
     emit(report, as_json, _render_import(report))

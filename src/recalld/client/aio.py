@@ -517,11 +517,16 @@ class AsyncClient:
         *,
         replace: bool = False,
         on_progress: ProgressCallback | None = None,
+        allow_secrets: bool = False,
     ) -> dict[str, Any]:
         """Import an export file (the daemon reads it); `replace` overwrites documents whose
-        stored content differs from the file's."""
+        stored content differs from the file's. Secrets in its texts are redacted as ingest
+        redacts them unless `allow_secrets`."""
         result: dict[str, Any] = await self.call(
-            "import", {"path": absolute(path), "replace": replace}, on_progress=on_progress
+            "import",
+            {"path": absolute(path), "replace": replace}
+            | ({"allow_secrets": True} if allow_secrets else {}),
+            on_progress=on_progress,
         )
         return result
 

@@ -4,7 +4,7 @@
 sends each batch of lines to the client as a `progress` notification (`{"lines": "…\\n…\\n"}`),
 so neither side ever holds the whole export. `import` reads a file the daemon can open (the
 clients send an absolute path) and writes through the store's single writer, one transaction
-per document (`storage.importer`).
+per document (`storage.importer`), its secrets redacted unless `allow_secrets`.
 """
 
 from __future__ import annotations
@@ -73,8 +73,15 @@ async def import_(ctx: Context, params: Params, progress: Progress) -> Any:
     """Import an export file the daemon can read; see `storage.importer`."""
     path = Path(params.path("path"))
     replace = params.boolean("replace", False)
+    allow_secrets = params.boolean("allow_secrets", False)
     params.done()
     memory = ctx.memory
     return await importer.import_file(
-        memory.store, path, memory.ingestor.embed, replace=replace, progress=progress
+        memory.store,
+        path,
+        memory.ingestor.embed,
+        replace=replace,
+        progress=progress,
+        # Texts are redacted as ingest redacts them unless the user said otherwise.
+        redact=None if allow_secrets else memory.ingestor.import_redaction(),
     )

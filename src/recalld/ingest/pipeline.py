@@ -33,7 +33,7 @@ from recalld.chunkers import (
     parse_conversations,
 )
 from recalld.chunkers.options import KeyMaker
-from recalld.chunkers.secrets import mark_redactions, redact
+from recalld.chunkers.secrets import mark_redactions, redact, redact_marked
 from recalld.config import ChunkSettings, LinkSettings, PrivacySettings
 from recalld.embeddings.base import Embedder
 from recalld.errors import IngestError, NotFoundError, RecalldError, UnsupportedFormatError
@@ -42,6 +42,7 @@ from recalld.ingest.facts_llm import LLMFactExtractor
 from recalld.ingest.supersede_llm import LLMSupersessionDetector
 from recalld.safe_io import call_with_timeout, open_regular
 from recalld.storage import history, readers, writer
+from recalld.storage.importer import Redact
 from recalld.storage.store import Store
 from recalld.types import MEMORY_TYPES, ChunkDraft
 
@@ -422,6 +423,13 @@ class Ingestor:
             )
         return reports
 
+    def import_redaction(self) -> Redact | None:
+        """How `import` redacts texts as ingest does (`storage.importer`); None when
+        redaction is off."""
+        if not self.options.redact:
+            return None
+        return partial(redact_marked, entropy=self.options.redact_entropy)
+
     def _redact(self, text: str) -> str:
         if not self.options.redact:
             return text
@@ -510,7 +518,10 @@ class Ingestor:
             tags=chunk.tags if edit.tags is None else edit.tags,
             memory_type=chunk.memory_type if edit.memory_type is None else edit.memory_type,
             importance=chunk.importance if edit.importance is None else edit.importance,
+            # `redacted` describes the stored text: dropped, then found again in the new one.
+            meta={k: v for k, v in chunk.meta.items() if k != "redacted"},
         )
+        [draft] = mark_redactions([draft])
         vector = None
         tokens = chunk.token_count
         version = await self.store.model_settled()
@@ -532,6 +543,7 @@ class Ingestor:
                 chunk_hash=writer.chunk_hash(draft),
                 token_count=tokens,
                 vector=vector,
+                meta=draft.meta,
             )
 
         try:

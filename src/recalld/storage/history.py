@@ -94,6 +94,7 @@ async def update_memory(
     chunk_hash: str,
     token_count: int,
     vector: npt.NDArray[np.float32] | None,
+    meta: dict[str, Any] | None = None,
 ) -> int:
     """Write a memory's new version in place, keeping the old one in `chunk_history`.
 
@@ -104,6 +105,8 @@ async def update_memory(
         chunk_hash: The chunk's new content hash (`writer.chunk_hash`).
         token_count: Tokens of the new text.
         vector: The new text's vector; None when the text did not change.
+        meta: The chunk's new meta (its `redacted` markers describe the new text); None keeps
+            the stored one.
 
     Returns:
         The new version number.
@@ -167,6 +170,11 @@ async def update_memory(
         "UPDATE documents SET source = ?, content_hash = ?, updated_at = ? WHERE id = ?",
         (source, content_hash, now, doc_id),
     )
+    if meta is not None:
+        await conn.execute(
+            "UPDATE chunks SET meta = ? WHERE id = ?",
+            (json.dumps(meta, ensure_ascii=False, default=str), chunk_id),
+        )
     if vector is not None:
         blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
         await conn.execute("DELETE FROM chunks_vec WHERE chunk_id = ?", (chunk_id,))

@@ -16,11 +16,18 @@ The file is checked whole first (`import_plan`), then read again and written:
   across documents. That is how a user moves to another model or machine.
 - Other tables are inserted row by row only when no identical row exists (ignoring the
   surrogate id), so they are idempotent too.
+- **Secrets are redacted** as ingest redacts them (issue 16), unless the caller opts out: an
+  export made before redaction, or any hand-made file, would otherwise put keys back in the
+  store. A chunk whose text changed records its markers in `meta.redacted` and is embedded
+  again (the file's vector was made from the secret); a memory is renamed after its new text,
+  as `remember` names it; earlier versions in `chunk_history` are redacted too.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,12 +41,17 @@ import numpy.typing as npt
 
 from recalld.storage import import_sql, portable, writer
 from recalld.storage.import_plan import Plan, plan_import, read_lines
+from recalld.storage.repair import MEMORY_PREFIX, memory_source
 from recalld.storage.store import Store
 
 logger = logging.getLogger(__name__)
 
 Embed = Callable[[Sequence[str]], Awaitable[npt.NDArray[np.float32]]]
 Progress = Callable[[dict[str, Any]], Awaitable[None]]
+# Text -> (text with its secrets replaced, markers `{"type", "at"}` of every redaction in it).
+Redact = Callable[[str], tuple[str, list[dict[str, Any]]]]
+_HISTORY = "chunk_history"  # memories' earlier versions, with their text
+_PROJECTS = "document_projects"  # keyed by source: follows a renamed memory
 
 _READ_BATCH = 500
 _EMBED_BATCH = 256  # chunks gathered across documents before one embedding pass
@@ -63,6 +75,7 @@ class _Report:
     reused: int = 0
     rows: dict[str, int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
+    redacted: dict[str, int] = field(default_factory=dict)
 
 
 class Importer:
@@ -73,15 +86,25 @@ class Importer:
         embed: Embeds texts with the store's model (`Ingestor.embed`).
         replace: Replace stored documents whose content differs from the file's.
         progress: Awaited with counts after each batch of documents.
+        redact: Replaces secrets in texts (`Ingestor.import_redaction`); None stores the
+            file's texts as they are (the user opted out, or redaction is off).
     """
 
     def __init__(
-        self, store: Store, embed: Embed, *, replace: bool = False, progress: Progress | None = None
+        self,
+        store: Store,
+        embed: Embed,
+        *,
+        replace: bool = False,
+        progress: Progress | None = None,
+        redact: Redact | None = None,
     ) -> None:
         self.store = store
         self.embed = embed
         self.replace = replace
         self.progress = progress
+        self.redact = redact
+        self.renamed: dict[str, str] = {}  # memory sources renamed after their redacted text
         self.maps: dict[str, dict[int, int]] = {}
         # (table, old row id, column, old chunk id): chunk references resolved once both exist.
         self.deferred: list[tuple[str, int, str, int]] = []
@@ -142,6 +165,8 @@ class Importer:
         no reusable vector."""
         if not docs:
             return
+        if self.redact is not None:
+            await asyncio.to_thread(self._redact_documents, docs)
         sources = [str(doc.row["source"]) for doc in docs]
         stored = await self.store.read(lambda c: import_sql.stored_documents(c, sources))
         wanted = [
@@ -169,6 +194,34 @@ class Importer:
                     "embedded": report.embedded,
                 }
             )
+
+    def _redact_documents(self, docs: list[_Doc]) -> None:
+        """Redact the chunks' texts in place (blocking: run in a worker thread)."""
+        assert self.redact is not None
+        for doc in docs:
+            changed = False
+            for index, (row, _) in enumerate(doc.chunks):
+                text = str(row["text"])
+                clean, found = self.redact(text)
+                if clean == text:
+                    continue
+                meta = _meta(row.get("meta"))
+                meta["redacted"] = found
+                row["text"], row["meta"] = clean, json.dumps(meta, ensure_ascii=False)
+                # The file's vector was made from the secret: embed the redacted text instead.
+                doc.chunks[index] = (row, None)
+                self._count_redacted(portable.CHUNKS)
+                changed = True
+            source = str(doc.row.get("source"))
+            if changed and source.startswith(MEMORY_PREFIX) and len(doc.chunks) == 1:
+                # A memory is named after its text (`remember`): the same text remembered
+                # again, now redacted, must find this one.
+                text = str(doc.chunks[0][0]["text"])
+                doc.row["source"] = self.renamed[source] = memory_source(text)
+                doc.row["content_hash"] = hashlib.sha256(text.strip().encode()).hexdigest()
+
+    def _count_redacted(self, table: str) -> None:
+        self.report.redacted[table] = self.report.redacted.get(table, 0) + 1
 
     def _action(self, doc: _Doc, stored: tuple[int, str, str] | None) -> str:
         """What to do with a document: `insert`, `replace`, `unchanged` or `conflict`."""
@@ -276,6 +329,8 @@ class Importer:
     # -- other tables --------------------------------------------------------------------------
 
     async def _rows(self, rows: list[tuple[str, dict[str, Any]]]) -> None:
+        if rows and self.redact is not None:
+            await asyncio.to_thread(self._redact_rows, rows)
         if rows:
             await self.store.write(partial(self._write_rows, rows=rows))
 
@@ -295,6 +350,19 @@ class Importer:
                 self.report.rows[name] = self.report.rows.get(name, 0) + added
             if table.surrogate is not None and name in referenced:
                 self.maps.setdefault(name, {})[int(row[table.surrogate])] = new_id
+
+    def _redact_rows(self, rows: list[tuple[str, dict[str, Any]]]) -> None:
+        """Redact memories' earlier versions in place, and point a renamed memory's project
+        row at its new source (blocking)."""
+        assert self.redact is not None
+        for name, row in rows:
+            if name == _PROJECTS and row.get("source") in self.renamed:
+                row["source"] = self.renamed[row["source"]]
+            if name == _HISTORY and isinstance(row.get("text"), str):
+                clean, _ = self.redact(row["text"])
+                if clean != row["text"]:
+                    row["text"] = clean
+                    self._count_redacted(name)
 
     def _remap(
         self, table: portable.Table, row: dict[str, Any], *, defer: bool
@@ -371,6 +439,7 @@ class Importer:
             "vectors_reused": report.reused,
             "rows": report.rows,
             "skipped_rows": report.skipped,
+            "redacted": report.redacted,
             "file": {
                 "model_id": plan.header.get("model_id"),
                 "dimension": plan.header.get("dimension"),
@@ -388,6 +457,16 @@ async def import_file(
     *,
     replace: bool = False,
     progress: Progress | None = None,
+    redact: Redact | None = None,
 ) -> dict[str, Any]:
     """Import an export file into `store` (see `Importer`)."""
-    return await Importer(store, embed, replace=replace, progress=progress).run(path)
+    return await Importer(store, embed, replace=replace, progress=progress, redact=redact).run(path)
+
+
+def _meta(raw: Any) -> dict[str, Any]:
+    """A chunk row's meta as a dict (a missing or unreadable one: empty)."""
+    try:
+        meta = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return {}
+    return dict(meta) if isinstance(meta, dict) else {}

@@ -32,6 +32,7 @@ async def update_memory(
     chunk_hash: str,
     token_count: int,
     vector: npt.NDArray[np.float32] | None,
+    meta: dict[str, Any] | None = None,
 ) -> int:
     """Write a memory's new version in place, keeping the old one in `chunk_history`
     (see `storage.history.update_memory`).
@@ -98,6 +99,11 @@ async def update_memory(
         "written_by = current_user, os_user = %s, host = %s WHERE id = %s",
         [source, content_hash, now, conn.writer.os_user, conn.writer.host, doc_id],
     )
+    if meta is not None:
+        await conn.run(
+            "UPDATE chunks SET meta = %s WHERE id = %s",
+            [json.dumps(meta, ensure_ascii=False, default=str), chunk_id],
+        )
     if vector is not None:
         await conn.run(
             "INSERT INTO chunks_vec (chunk_id, embedding, kind, granularity) "
