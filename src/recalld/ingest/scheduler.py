@@ -267,7 +267,7 @@ class Scheduler:
         self._pending: dict[Path, tuple[bool, float, float]] = {}
         self._wake = asyncio.Event()
         self._jobs: asyncio.Queue[Job] = asyncio.Queue(queue_size)
-        self._scans: asyncio.Queue[tuple[Path, bool]] = asyncio.Queue()
+        self._scans: asyncio.Queue[Path] = asyncio.Queue()
         self._scanning = 0
         self._in_flight = 0
         # Files that failed, by (mtime, size): not retried on every event or scan until they
@@ -294,9 +294,9 @@ class Scheduler:
         self._wake.set()
 
     def scan(self, root: Path) -> None:
-        """Reconcile everything under `root` (a folder or a file) with the store."""
-        # Whether it was watched: a scan queued for a folder removed since is not run.
-        self._scans.put_nowait((root, self.source_for(root) is not None))
+        """Reconcile everything under `root` (a folder or a file in a watched source) with the
+        store; a root no source holds by the time its turn comes is skipped."""
+        self._scans.put_nowait(root)
         self._idle.clear()
 
     def source_for(self, path: Path) -> WatchedSource | None:
@@ -438,9 +438,10 @@ class Scheduler:
 
     async def _scan_loop(self) -> None:
         while True:
-            root, watched = await self._scans.get()
-            if watched and self.source_for(root) is None:
-                logger.info("not reconciling %s: it is no longer watched", root)
+            root = await self._scans.get()
+            if self.source_for(root) is None:
+                # Scans are of watched folders; this one was removed since it was queued.
+                logger.info("not reconciling %s: it is not watched", root)
                 self._check_idle()
                 continue
             self._scanning += 1
