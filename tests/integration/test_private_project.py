@@ -229,3 +229,37 @@ def test_unsupported_files_are_skipped_not_errors(
         assert after["ingested"]["files"] == 0 and after["errors"] == 0
     finally:
         daemon.stop()
+
+
+def test_a_watched_subfolder_honours_the_repositorys_gitignore(
+    make_daemon: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    """`sources add` of a folder inside a git repository: the `.gitignore` at the
+    repository's root applies, by the walk and by later file events."""
+    repo = tmp_path / "repo"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".gitignore").write_text("*.log\ndocs/scratch/\n/readme.md\n")
+    docs = repo / "docs"
+    (docs / "scratch").mkdir(parents=True)
+    (docs / "plan.md").write_text("# Plan\n\nThe quokka migration starts in May.\n")
+    (docs / "readme.md").write_text("# Readme\n\nThe quokka readme of the docs folder.\n")
+    (docs / "debug.log").write_text("quokka debug trace\n")
+    (docs / "scratch" / "idea.md").write_text("# Idea\n\nA quokka scratch idea.\n")
+    daemon = make_daemon()
+    daemon.start()
+    daemon.wait_ready()
+    try:
+        cli(daemon, "sources", "add", str(docs))
+        daemon.wait_for(lambda s: s["counts"]["documents"] >= 2)
+        wanted = {str((docs / n).resolve()) for n in ("plan.md", "readme.md")}
+        assert set(daemon.search_sources("quokka", limit=20)) == wanted
+        # A file the repository's .gitignore ignores, written later, stays out too.
+        (docs / "later.log").write_text("quokka later trace\n")
+        (docs / "later.md").write_text("# Later\n\nA later quokka note.\n")
+        daemon.wait_for(lambda s: s["counts"]["documents"] >= 3)
+        assert set(daemon.search_sources("quokka", limit=20)) == {
+            *wanted,
+            str((docs / "later.md").resolve()),
+        }
+    finally:
+        assert daemon.stop() == 0

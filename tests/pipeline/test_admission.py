@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -247,3 +248,50 @@ async def test_named_files_bypass_ignore_files_but_not_the_deny_list(
     # A folder ingest honours the folder's rules and the request's excludes.
     folder = await scheduler.ingest_now(root / "docs", exclude=["final.md"])
     assert folder.files == 2  # .ignore and .recalldignore
+
+
+def repository(root: Path) -> Path:
+    """A git repository whose ignore files lie above `docs/notes`, the folder to watch."""
+    subprocess.run(["git", "init", "-q", os.fspath(root)], check=True)
+    write(root / ".gitignore", "*.log\n/top.md\ndocs/notes/hidden.md\nbuild/\n")
+    write(root / "docs" / ".ignore", "*.draft\n")
+    for name in ("a.md", "app.log", "top.md", "x.draft", "hidden.md", "sub/hidden.md"):
+        write(root / "docs" / "notes" / name)
+    write(root / "build" / "out.md")
+    return root
+
+
+async def test_ignore_files_above_a_watched_subfolder_apply_up_to_the_repository(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Above the repository: never read.
+    write(tmp_path / ".gitignore", "*.md\n")
+    repo = repository(tmp_path / "repo")
+    notes = repo / "docs" / "notes"
+    admission = Admission(PrivacySettings())
+    # Each file's patterns are relative to its own folder: `/top.md` is the repository's
+    # top.md only, `docs/notes/hidden.md` that one file, not `sub/hidden.md`.
+    assert await walked(notes, admission.scope(notes)) == ["a.md", "sub/hidden.md", "top.md"]
+    # A single changed path (the watcher's event) is judged the same way.
+    scope = admission.scope(notes)
+    assert scope.path_refusal(notes / "app.log") == f"ignored by {repo / '.gitignore'}"
+    assert scope.path_refusal(notes / "x.draft") == f"ignored by {repo / 'docs' / '.ignore'}"
+    assert scope.path_refusal(notes / "a.md") is None
+    # Switched off, no ignore file is read, above or inside.
+    loose = Admission(PrivacySettings(ignore_files=False))
+    assert len(await walked(notes, loose.scope(notes))) == 6
+    # A folder the repository ignores, watched on purpose: only its own rules apply.
+    assert await walked(repo / "build", admission.scope(repo / "build")) == ["out.md"]
+
+    # Outside a repository, ignore files above the watched folder are not read.
+    plain = tmp_path / "plain"
+    write(plain / ".gitignore", "*.log\n")
+    write(plain / "sub" / "app.log")
+    assert await walked(plain / "sub", admission.scope(plain / "sub")) == ["app.log"]
+    # Nor at the user's home, even when it is a (dotfiles) repository.
+    home = tmp_path / "home-repo"
+    await asyncio.to_thread(subprocess.run, ["git", "init", "-q", os.fspath(home)], check=True)
+    write(home / ".gitignore", "*\n")
+    write(home / "notes" / "n.md")
+    monkeypatch.setenv("HOME", os.fspath(home))
+    assert await walked(home / "notes", admission.scope(home / "notes")) == ["n.md"]

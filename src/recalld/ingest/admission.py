@@ -7,7 +7,12 @@ pattern matches; the ignore files of each folder are read once and cached until 
 - **Ignore files**: `.gitignore`, `.ignore` and `.recalldignore` in the root and in every
   folder below it, with git's semantics (a nested file's patterns are relative to its folder,
   later and deeper patterns win, `!` re-includes; a file inside an ignored folder stays out),
-  matched by `pathspec`'s `GitIgnoreSpec`.
+  matched by `pathspec`'s `GitIgnoreSpec`. When the root lies inside a git repository (a
+  watched subfolder), the ignore files of every folder from the repository's root down to it
+  apply too, each relative to its own folder, as git applies them; the search for the
+  repository stops at the user's home (a dotfiles repository there is not the project) and
+  never crosses into another repository. If those rules would ignore the root itself, the user
+  chose an ignored folder on purpose and only its own ignore files apply.
 - **Exclude patterns**: `privacy.exclude` in the config, a source's own `exclude`, and an
   ingest request's `exclude`, gitignore-style, relative to the root; they win over ignore files.
 - **Deny-list**: files that hold credentials by their very name, matched against the whole
@@ -22,6 +27,7 @@ pattern matches; the ignore files of each folder are read once and cached until 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -35,6 +41,8 @@ from recalld.config import PrivacySettings
 from recalld.errors import ConfigError
 from recalld.ingest.forgotten import ForgottenPaths
 from recalld.safe_io import open_regular
+
+logger = logging.getLogger(__name__)
 
 IGNORE_FILES = (".gitignore", ".ignore", ".recalldignore")
 SYMLINK_POLICIES = ("inside", "never", "all")
@@ -181,6 +189,31 @@ def _within(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
+def enclosing_repository(folder: Path) -> Path | None:
+    """The root of the git repository `folder` is in (the nearest folder holding `.git`, a
+    folder or a worktree's file), looking no higher than the user's home (blocking)."""
+    home = Path(os.path.expanduser("~"))
+    for candidate in (folder, *folder.parents):
+        if candidate == home:
+            return None
+        if os.path.lexists(candidate / ".git"):
+            return candidate
+    return None
+
+
+def _ignored_by(absolute: str, rules: Rules, *, is_dir: bool) -> str | None:
+    """The ignore file (or "an exclude pattern") whose rules ignore `absolute` last, or None."""
+    ignored_by: str | None = None
+    for rule in rules:
+        if not _within(absolute, rule.base):
+            continue
+        relative = absolute[len(rule.base) :] + ("/" if is_dir else "")
+        include = rule.spec.check(relative)
+        if include is not None:
+            ignored_by = rule.origin if include else None
+    return ignored_by
+
+
 class Admission:
     """The daemon's admission rules; `scope` makes the rules of one root.
 
@@ -290,15 +323,30 @@ class Scope:
             and denied(absolute + (os.sep if is_dir else ""))
         ):
             return "a secret-bearing file (deny-list)"
-        ignored_by: str | None = None
-        for rule in rules + self._exclude:
-            if not _within(absolute, rule.base):
-                continue
-            relative = absolute[len(rule.base) :] + ("/" if is_dir else "")
-            include = rule.spec.check(relative)
-            if include is not None:
-                ignored_by = rule.origin if include else None
+        ignored_by = _ignored_by(absolute, rules + self._exclude, is_dir=is_dir)
         return f"ignored by {ignored_by}" if ignored_by else None
+
+    def rules_above(self) -> Rules:
+        """The ignore files' rules from the enclosing git repository's root down to the root's
+        parent (blocking; empty outside a repository, or when they would ignore the root)."""
+        if not self.admission.settings.ignore_files:
+            return ()
+        repository = enclosing_repository(self.root)
+        if repository is None or repository == self.root:
+            return ()
+        rules: Rules = ()
+        current = repository
+        for part in self.root.relative_to(repository).parts:
+            rules = self.rules_in(current, rules)
+            current = current / part
+            if (origin := _ignored_by(os.fspath(current), rules, is_dir=True)) is not None:
+                logger.info(
+                    "%s is ignored by %s; watched on purpose, so only its own ignore files apply",
+                    self.root,
+                    origin,
+                )
+                return ()
+        return rules
 
     def symlink_refusal(self, path: Path) -> str | None:
         """Why a symlink may not be followed, or None (blocking: resolves it)."""
@@ -325,7 +373,7 @@ class Scope:
             parts = absolute.relative_to(self.root).parts
         except ValueError:
             return ()
-        current, rules = self.root, Rules()
+        current, rules = self.root, self.rules_above()
         for part in parts:
             rules = self.rules_in(current, rules)
             current = current / part
