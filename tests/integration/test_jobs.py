@@ -52,14 +52,29 @@ def notes(folder: Path, count: int, word: str) -> Path:
     return folder
 
 
-def cli(daemon: Daemon, *args: str, **env: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
+@pytest.fixture
+def spawned() -> Iterator[list[subprocess.Popen[str]]]:
+    """CLI processes a test starts; any still running at the end is killed and reaped."""
+    procs: list[subprocess.Popen[str]] = []
+    yield procs
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def cli(
+    spawned: list[subprocess.Popen[str]], daemon: Daemon, *args: str, **env: str
+) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
         [sys.executable, "-m", "recalld", *args],
         env={**daemon.env, **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
+    spawned.append(proc)
+    return proc
 
 
 def cli_json(daemon: Daemon, *args: str) -> Any:
@@ -75,22 +90,23 @@ def cli_json(daemon: Daemon, *args: str) -> Any:
 
 
 def running_job(daemon: Daemon, timeout: float = 30) -> dict[str, Any]:
+    """The job once it runs and has counted its files."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for job in daemon.client.jobs():
-            if job["state"] == "running":
+            if job["state"] == "running" and job["total"] is not None:
                 return job
         time.sleep(0.05)
     raise AssertionError(f"no running job: {daemon.client.jobs()}")
 
 
 def test_a_followed_ingest_outlives_a_1s_client_timeout_and_others_see_it(
-    slow_daemon: tuple[Daemon, FakeOpenAI], tmp_path: Path
+    slow_daemon: tuple[Daemon, FakeOpenAI], tmp_path: Path, spawned: list[subprocess.Popen[str]]
 ) -> None:
     daemon, server = slow_daemon
     server.script("embeddings", *[Reply(delay_s=SLOW_S) for _ in range(4)])
     folder = notes(tmp_path / "walrus", 4, "walrus")
-    proc = cli(daemon, "ingest", str(folder), "--json", RECALLD_CLIENT__TIMEOUT_S="1")
+    proc = cli(spawned, daemon, "ingest", str(folder), "--json", RECALLD_CLIENT__TIMEOUT_S="1")
     # A second terminal: the job, its figures and the file being worked on.
     job = running_job(daemon)
     assert job["kind"] == "ingest" and job["path"] == str(folder) and job["total"] == 4
@@ -125,12 +141,12 @@ def test_cancel_a_detached_job(slow_daemon: tuple[Daemon, FakeOpenAI], tmp_path:
 
 
 def test_ctrl_c_exits_130_and_leaves_the_job_running(
-    slow_daemon: tuple[Daemon, FakeOpenAI], tmp_path: Path
+    slow_daemon: tuple[Daemon, FakeOpenAI], tmp_path: Path, spawned: list[subprocess.Popen[str]]
 ) -> None:
     daemon, server = slow_daemon
     server.script("embeddings", *[Reply(delay_s=30) for _ in range(3)])
     folder = notes(tmp_path / "heron", 3, "heron")
-    proc = cli(daemon, "ingest", str(folder))
+    proc = cli(spawned, daemon, "ingest", str(folder))
     job = running_job(daemon)
     time.sleep(0.5)  # the CLI is following it
     proc.send_signal(signal.SIGINT)
@@ -142,7 +158,7 @@ def test_ctrl_c_exits_130_and_leaves_the_job_running(
 
 
 def test_ctrl_c_on_a_terminal_asks_and_cancels(
-    slow_daemon: tuple[Daemon, FakeOpenAI], tmp_path: Path
+    slow_daemon: tuple[Daemon, FakeOpenAI], tmp_path: Path, spawned: list[subprocess.Popen[str]]
 ) -> None:
     daemon, server = slow_daemon
     server.script("embeddings", *[Reply(delay_s=30) for _ in range(3)])
@@ -156,6 +172,7 @@ def test_ctrl_c_on_a_terminal_asks_and_cancels(
         stderr=subprocess.PIPE,
         text=True,
     )
+    spawned.append(proc)
     os.close(secondary)
     try:
         job = running_job(daemon)
