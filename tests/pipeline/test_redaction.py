@@ -157,3 +157,22 @@ async def test_an_edit_records_what_its_new_text_redacts(daemon: Running) -> Non
         history = json.dumps(await aio.history(chunk_id))
         assert "[REDACTED:aws_access_key]" in history
         assert AWS_ID not in history and GITHUB not in history and "hunter2x" not in history
+
+
+async def test_privacy_redact_applies_at_a_reload(daemon: Running) -> None:
+    """`privacy.redact` changed in the config file applies at SIGHUP, without a restart."""
+    config = daemon.home / "config.toml"
+    async with daemon.client() as aio:
+        first = await aio.remember(f"The first deploy uses {GITHUB}")
+        assert GITHUB not in (await aio.get(first["id"]))["text"]
+        config.write_text("[privacy]\nredact = false\n")
+        await daemon.server.reload()  # what SIGHUP does
+        kept = await aio.get((await aio.remember(f"The second deploy uses {GITHUB}"))["id"])
+        assert GITHUB in kept["text"] and "redacted" not in kept["meta"]
+        config.write_text("[privacy]\nredact = true\nredact_entropy = false\n")
+        await daemon.server.reload()
+        third = await aio.get((await aio.remember(f"The third deploy uses {AWS_ID}"))["id"])
+        assert AWS_ID not in third["text"]
+        assert [r["type"] for r in third["meta"]["redacted"]] == ["aws_access_key"]
+        assert daemon.server.memory is not None
+        assert daemon.server.memory.ingestor.options.redact_entropy is False

@@ -359,7 +359,8 @@ class Server:
         self._watch_stop.set()
 
     async def reload(self) -> None:
-        """Re-read the config (SIGHUP): sources and search settings apply at once."""
+        """Re-read the config (SIGHUP): sources, search and privacy settings (ignore rules,
+        excludes, deny-list, symlinks, redaction) apply at once."""
         if self.dispatcher.context is None or self.sources is None or self.memory is None:
             return
         try:
@@ -387,6 +388,7 @@ class Server:
             self.scheduler.admission = Admission(
                 new.privacy, roots=old_admission.roots, forgotten=old_admission.forgotten
             )
+            self.memory.ingestor.use_privacy(new.privacy)
         except RecalldError as exc:
             logger.error("keeping the old privacy settings: %s", exc.message)
         self.dispatcher.context = replace(self.dispatcher.context, loaded=loaded)

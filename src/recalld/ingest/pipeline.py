@@ -200,6 +200,13 @@ class Ingestor:
         self.facts = facts if chunking.facts else None
         self.linker = AutoLinker(store, links or LinkSettings(), supersession)
 
+    def use_privacy(self, privacy: PrivacySettings) -> None:
+        """Redact (or not) by these settings from the next ingest, memory or import on (a
+        config reload); what is stored stays as it is."""
+        self.options = replace(
+            self.options, redact=privacy.redact, redact_entropy=privacy.redact_entropy
+        )
+
     def use_model(self, embedder: Embedder) -> None:
         """Embed (and count tokens) with another model from now on (after a reindex)."""
         self.embedder = embedder
