@@ -121,7 +121,11 @@ class AsyncMemory:
 
     async def _load_embedder(self, spec: str) -> Embedder:
         return await asyncio.to_thread(
-            load_embedder, spec, self.settings.model_cache_dir, self.settings.embed
+            load_embedder,
+            spec,
+            self.settings.model_cache_dir,
+            self.settings.embed,
+            self.settings.tuned_model_dir,
         )
 
     def _use_model(self, embedder: Embedder) -> None:
@@ -161,7 +165,11 @@ class AsyncMemory:
                     logger.info("using %s, the store's model (embed.model is not set)", stored[0])
                     spec = stored[0]
             embedder = await asyncio.to_thread(
-                load_embedder, spec, settings.model_cache_dir, settings.embed
+                load_embedder,
+                spec,
+                settings.model_cache_dir,
+                settings.embed,
+                settings.tuned_model_dir,
             )
         running = (
             None if settings.store_url else await asyncio.to_thread(daemon_pid, settings.store_path)

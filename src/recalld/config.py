@@ -280,6 +280,11 @@ class Settings:
         return Path(self.cache_dir).expanduser() / "models"
 
     @property
+    def tuned_model_dir(self) -> Path:
+        """Where `recalld tune` keeps the models it made (data, not cache: never rebuilt)."""
+        return Path(self.data_dir).expanduser() / "models"
+
+    @property
     def socket_path(self) -> Path:
         """The daemon's Unix socket."""
         if self.daemon.socket:

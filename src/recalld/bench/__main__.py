@@ -778,3 +778,57 @@ def plot_command(reports: tuple[Path, ...]) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+@main.command("tune")
+@click.option(
+    "--beir",
+    "folder",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A BEIR folder: its corpus is tuned on, its split's queries judge.",
+)
+@click.option("--split", default="dev", show_default=True)
+@click.option("--limit-queries", type=int, default=None)
+@click.option("--store-dir", type=click.Path(path_type=Path), default=None)
+@click.option("--max-steps", type=click.IntRange(min=0), default=200, show_default=True)
+@click.option("--max-seconds", type=click.FloatRange(min=0), default=900, show_default=True)
+@click.option("--pseudo-queries", type=click.IntRange(min=10), default=2000, show_default=True)
+@REPORT_OPTIONS
+def tune_bench(
+    folder: Path,
+    split: str,
+    limit_queries: int | None,
+    store_dir: Path | None,
+    max_steps: int,
+    max_seconds: float,
+    pseudo_queries: int,
+    sets: tuple[str, ...],
+    results: Path,
+    as_json: bool,
+) -> None:
+    """NDCG@10 of vector and full before and after `recalld tune`, tuned on the corpus alone
+    (no queries, no qrels), with paired randomization p-values (needs the `tune` extra)."""
+    from recalld.bench import tune as tune_bench_module
+    from recalld.tune import run as tune_run
+
+    options = tune_run.with_budget(
+        tune_run.TuneOptions(queries=pseudo_queries), max_steps=max_steps, max_seconds=max_seconds
+    )
+    report = asyncio.run(
+        tune_bench_module.run(
+            folder, split, limit_queries, _workdir(store_dir), _overrides(sets), options
+        )
+    )
+    header = ["mode", "ndcg@10 before", "ndcg@10 after", "delta", "p"]
+    rows = [
+        [
+            mode,
+            report["before"][mode]["ndcg@10"],
+            report.get("after", {}).get(mode, {}).get("ndcg@10", "refused"),
+            report.get("significance", {}).get(mode, {}).get("ndcg@10", {}).get("delta", ""),
+            report.get("significance", {}).get(mode, {}).get("ndcg@10", {}).get("p", ""),
+        ]
+        for mode in report["before"]
+    ]
+    _emit("tune", report, as_json, results, rows, header)

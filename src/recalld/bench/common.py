@@ -41,7 +41,9 @@ def bench_settings(workdir: Path, overrides: Mapping[str, str]) -> Settings:
 
 def load_model(settings: Settings) -> Embedder:
     """Load the embedder once so several stores in one run can share it."""
-    return load_embedder(settings.embed.model, settings.model_cache_dir, settings.embed)
+    return load_embedder(
+        settings.embed.model, settings.model_cache_dir, settings.embed, settings.tuned_model_dir
+    )
 
 
 def machine() -> dict[str, Any]:

@@ -52,6 +52,7 @@ COMMANDS = {
     "service": "service:service",
     "models": "models:models",
     "reindex": "models:reindex",
+    "tune": "tune:tune",
     "migrate": "migrate:migrate",
     "agent": "agent:agent",
     "context": "agent:context",

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def _offline_models(config_file: Path | None, sets: tuple[str, ...]) -> dict[str, Any]:
     """The model list without a daemon: the settings, and the store file's `meta`."""
     # Imported only here: the store layer pulls numpy and sqlite-vec.
-    from recalld.embeddings import catalog
+    from recalld.embeddings import catalog, tuned
     from recalld.storage import reindex
     from recalld.storage.store import stored_meta
 
@@ -33,7 +33,7 @@ def _offline_models(config_file: Path | None, sets: tuple[str, ...]) -> dict[str
     extra = tuple(s for s in (spec, target and target["spec"]) if s)
     return {
         "models": catalog.annotate(
-            catalog.available(settings.embed, extra),
+            catalog.available(settings.embed, extra, tuned.list_tuned(settings.tuned_model_dir)),
             meta.get("model_id"),
             dimension,
             spec,

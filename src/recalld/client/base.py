@@ -43,6 +43,7 @@ METHODS = {
     "models/list": "models",
     "reindex": "reindex",
     "reindex/cancel": "reindex_cancel",
+    "tune": "tune",
     "memories/update": "update",
     "memories/history": "history",
     "links/add": "link",

@@ -539,6 +539,25 @@ class Client:
         result: dict[str, Any] = self.call("reindex", params, on_progress=on_progress)
         return result
 
+    def tune(
+        self,
+        *,
+        dry_run: bool = False,
+        switch: bool = False,
+        max_steps: int | None = None,
+        max_seconds: float | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> dict[str, Any]:
+        """Tune the store's local model on its own content (`recalld tune`); with `switch`,
+        start the reindex onto a model the eval gate accepted."""
+        params: dict[str, Any] = {"dry_run": dry_run, "switch": switch}
+        if max_steps is not None:
+            params["max_steps"] = max_steps
+        if max_seconds is not None:
+            params["max_seconds"] = max_seconds
+        result: dict[str, Any] = self.call("tune", params, on_progress=on_progress)
+        return result
+
     def reindex_cancel(self) -> dict[str, Any]:
         """Stop the reindex in progress and drop the vectors it made."""
         result: dict[str, Any] = self.call("reindex/cancel")

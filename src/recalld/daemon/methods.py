@@ -402,6 +402,7 @@ METHODS: dict[str, Method] = {
     "models/list": models.models_list,
     "reindex": models.reindex,
     "reindex/cancel": models.reindex_cancel,
+    "tune": models.tune,
     **memories.METHODS,
     **jobs.METHODS,
 }

@@ -3,12 +3,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from recalld.daemon.params import Params
-from recalld.embeddings import catalog
+from recalld.embeddings import catalog, tuned
 from recalld.errors import ReindexError
+from recalld.extras import require
 from recalld.storage import readers
 
 if TYPE_CHECKING:
@@ -25,8 +27,10 @@ async def models_list(ctx: Context, params: Params, progress: Progress) -> Any:
     settings = ctx.loaded.settings.embed
     store_spec = await memory.store.read(_spec)
     extra = tuple(s for s in (store_spec, target and target["spec"]) if s)
+    tuned_dir = ctx.loaded.settings.tuned_model_dir
+    found = await asyncio.to_thread(tuned.list_tuned, tuned_dir)
     models = catalog.annotate(
-        catalog.available(settings, extra),
+        catalog.available(settings, extra, found),
         memory.store.model_id,
         memory.store.dimension,
         store_spec,
@@ -78,3 +82,41 @@ async def reindex_cancel(ctx: Context, params: Params, progress: Progress) -> An
     """Stop the reindex in progress and drop the vectors it made."""
     params.done()
     return await ctx.memory.reindexer.cancel()
+
+
+_tuning: set[int] = set()  # ids of the stores a tune runs on (one at a time per store)
+
+
+async def tune(ctx: Context, params: Params, progress: Progress) -> Any:
+    """Tune the store's local model on its own content (the `tune` extra); with `switch`, start
+    the reindex onto an accepted model. Training runs in a worker thread, with `progress`."""
+    dry_run = params.boolean("dry_run", False)
+    switch = params.boolean("switch", False)
+    max_steps = params.integer("max_steps", 200, low=0, high=100_000)
+    max_seconds = max(0.0, float(params.number("max_seconds", 900.0)))
+    queries = params.integer("queries", 2000, low=10, high=1_000_000)
+    params.done()
+    require(("torch",), "tune", "recalld tune")
+    # Imported only here: the daemon's other paths stay torch-free.
+    from recalld.tune import run
+
+    memory = ctx.memory
+    if id(memory.store) in _tuning:
+        raise ReindexError("a tune is already running on this store")
+    settings = ctx.loaded.settings
+    spec = await memory.store.read(_spec) or settings.embed.model
+    options = run.with_budget(
+        run.TuneOptions(queries=queries, dry_run=dry_run),
+        max_steps=max_steps,
+        max_seconds=max_seconds,
+    )
+    _tuning.add(id(memory.store))
+    try:
+        result = await run.tune(
+            memory.store, memory.embedder, spec, settings.tuned_model_dir, options, progress
+        )
+    finally:
+        _tuning.discard(id(memory.store))
+    if switch and result.get("model"):
+        result["reindex"] = await memory.reindexer.start(result["model"])
+    return result

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.config import EmbedSettings
+from recalld.embeddings import tuned
 from recalld.errors import ConfigError
 
 Vectors = npt.NDArray[np.float32]
@@ -123,7 +124,10 @@ def register_embedder(scheme: str, factory: EmbedderFactory) -> None:
 
 
 def load_embedder(
-    spec: str, cache_dir: Path | None = None, settings: EmbedSettings | None = None
+    spec: str,
+    cache_dir: Path | None = None,
+    settings: EmbedSettings | None = None,
+    tuned_dir: Path | None = None,
 ) -> Embedder:
     """Build the embedder named by `spec`.
 
@@ -132,12 +136,17 @@ def load_embedder(
             OpenAI-compatible endpoint, configured by `settings`), or `hash:DIM` for tests.
         cache_dir: Where local models keep built artefacts.
         settings: The `embed` settings; default: the built-in defaults.
+        tuned_dir: Where `recalld tune` keeps the models it made (`local:tuned-...` specs).
 
     Raises:
         ConfigError: No embedder is registered under the spec's scheme, or its settings are
             incomplete.
         EmbeddingError: An endpoint could not tell the model's dimension.
     """
+    if tuned.is_tuned(spec):
+        if tuned_dir is None:
+            raise ConfigError(f"{spec!r} is a tuned model but no folder of tuned models was given")
+        return tuned.tuned_embedder(spec, tuned_dir)
     scheme = spec.partition(":")[0]
     factory = _REGISTRY.get(scheme)
     if factory is None:

@@ -7,6 +7,7 @@ its dimension when `embed.dimensions` fixes it (otherwise the endpoint says on f
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ class ModelInfo:
         spec: What `embed.model` / `reindex --model` take.
         model_id: The id stored with the vectors (None: known once the endpoint answers).
         dimension: Vector length (None: known once the endpoint answers).
-        kind: `local`, `endpoint` or `test`.
+        kind: `local`, `tuned`, `endpoint` or `test`.
         description: One line for people.
     """
 
@@ -49,12 +50,18 @@ def local_model_id(quantize: bool) -> str:
     return f"minilm-l6-v2/onnx-{variant}-v{LOCAL_GRAPH_VERSION}"
 
 
-def available(settings: EmbedSettings, extra: tuple[str, ...] = ()) -> list[ModelInfo]:
-    """The packaged models, the test embedder, and the configured endpoint (if any).
+def available(
+    settings: EmbedSettings,
+    extra: tuple[str, ...] = (),
+    tuned: Sequence[Mapping[str, Any]] = (),
+) -> list[ModelInfo]:
+    """The packaged models, the test embedder, the models `recalld tune` made, and the
+    configured endpoint (if any).
 
     Args:
         settings: The `embed` settings (the endpoint, its dimensions).
         extra: More specs to describe (the store's, a reindex target), e.g. `hash:32`.
+        tuned: The manifests of the tuned models (`embeddings.tuned.list_tuned`).
     """
     found = [
         ModelInfo(
@@ -73,6 +80,18 @@ def available(settings: EmbedSettings, extra: tuple[str, ...] = ()) -> list[Mode
         ),
         _hash(f"hash:{HASH_EXAMPLE}"),
     ]
+    for manifest in tuned:
+        gate = manifest.get("gate") or {}
+        found.append(
+            ModelInfo(
+                str(manifest["spec"]),
+                f"{manifest['model_name']}/onnx-int8pc-v{LOCAL_GRAPH_VERSION}",
+                LOCAL_DIMENSION,
+                "tuned",
+                f"tuned from {manifest.get('base')} on this store's own pseudo-queries "
+                f"(held-out MRR@10 {gate.get('mrr_before')} -> {gate.get('mrr_after')})",
+            )
+        )
     specs = [settings.model, *extra]
     if settings.base_url and not settings.model.startswith("openai:"):
         specs.append("openai:")  # an endpoint is configured but no model named yet

