@@ -776,10 +776,6 @@ def plot_command(reports: tuple[Path, ...]) -> None:
         _plot(json.loads(path.read_text("utf-8")), path.with_suffix(".png"))
 
 
-if __name__ == "__main__":
-    main()
-
-
 @main.command("tune")
 @click.option(
     "--beir",
@@ -832,3 +828,7 @@ def tune_bench(
         for mode in report["before"]
     ]
     _emit("tune", report, as_json, results, rows, header)
+
+
+if __name__ == "__main__":
+    main()
