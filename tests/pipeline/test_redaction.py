@@ -19,7 +19,8 @@ from recalld.ingest.facts_llm import CACHE_FILE, LLMFactExtractor
 from recalld.ingest.pipeline import Ingestor
 from recalld.storage import readers
 from tests.helpers.fake_openai import FakeOpenAI
-from tests.pipeline.conftest import Running
+from tests.helpers.postgres import VECTOR_INDEX
+from tests.pipeline.conftest import Running, daemon_env, start, stop
 
 AWS_ID = "AKIAQ3EGRTX7NLZW4P6K"
 GITHUB = "ghp_R7u2Kq9Xw4Zt1Lm8Nb3Vc6Hj5Gf0Ds2Ay7Pe"
@@ -133,9 +134,33 @@ async def test_add_file_refuses_a_secret_file_unless_allowed(
     assert report.status == "ingested" and GITHUB in await all_text(memory)
 
 
-async def test_an_edit_records_what_its_new_text_redacts(daemon: Running) -> None:
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def any_daemon(
+    request: pytest.FixtureRequest, isolated_home: Path, short_dir: Path
+) -> AsyncIterator[Running]:
+    """A running daemon on each backend (PostgreSQL: a fresh database, dropped afterwards)."""
+    extra: dict[str, str] = {}
+    database = None
+    if request.param == "postgresql":
+        pg = request.getfixturevalue("pg_server")
+        database = pg.new_database()
+        extra = {
+            "RECALLD_STORE__PATH": pg.url(database),
+            "RECALLD_STORE__VECTOR_INDEX": VECTOR_INDEX,
+        }
+    env = daemon_env(isolated_home, short_dir / "s.sock", **extra)
+    server, task = await start(env)
+    try:
+        yield Running(server, task, short_dir / "s.sock", isolated_home, env)
+    finally:
+        assert await stop(server, task) == 0
+        if database is not None:
+            pg.admin(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+
+
+async def test_an_edit_records_what_its_new_text_redacts(any_daemon: Running) -> None:
     """`meta.redacted` describes the memory's current text after each edit, over the socket."""
-    async with daemon.client() as aio:
+    async with any_daemon.client() as aio:
         chunk_id = (await aio.remember(f"The staging deploy uses {GITHUB}"))["id"]
         before = await aio.get(chunk_id)
         assert [r["type"] for r in before["meta"]["redacted"]] == ["github_token"]

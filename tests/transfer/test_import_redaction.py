@@ -165,5 +165,11 @@ def test_import_allow_secrets_keeps_the_texts(
     )
     assert code == 0, err
     assert json.loads(out)["redacted"] == {"chunks": 2, "chunk_history": 1}
+    # The plain summary says so.
+    code, out, err = run_cli(
+        ["import", str(dump), "--offline", "--set", f"store.path={home / 'y.db'}", *model], capsys
+    )
+    assert code == 0, err
+    assert "secrets redacted in 1 chunk_history, 2 chunks (--allow-secrets keeps them)" in out
     text = everything(asyncio.run(stored(tmp_path / "old", **{"store.path": str(home / "x.db")})))
     assert AWS_ID not in text and GITHUB not in text and "hunter2x" not in text

@@ -141,6 +141,9 @@ def _render_import(report: dict[str, Any]) -> Callable[[Console], None]:
         for table, n in report["rows"].items():
             skipped = report["skipped_rows"].get(table, 0)
             out.print(f"{table}: {n} added" + (f", {skipped} skipped" if skipped else ""))
+        if redacted := report.get("redacted"):
+            shown = ", ".join(f"{n} {table}" for table, n in sorted(redacted.items()))
+            out.print(f"secrets redacted in {shown} (--allow-secrets keeps them)", markup=False)
         for source in report["conflicts"]:
             out.print(f"  kept: {source}", markup=False)
 
