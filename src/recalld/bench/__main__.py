@@ -784,12 +784,19 @@ def plot_command(reports: tuple[Path, ...]) -> None:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="A BEIR folder: its corpus is tuned on, its split's queries judge.",
 )
-@click.option("--split", default="dev", show_default=True)
+@click.option("--split", default="train", show_default=True)
 @click.option("--limit-queries", type=int, default=None)
 @click.option("--store-dir", type=click.Path(path_type=Path), default=None)
 @click.option("--max-steps", type=click.IntRange(min=0), default=200, show_default=True)
 @click.option("--max-seconds", type=click.FloatRange(min=0), default=900, show_default=True)
 @click.option("--pseudo-queries", type=click.IntRange(min=10), default=2000, show_default=True)
+@click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option(
+    "--corpus-limit",
+    type=click.IntRange(1),
+    default=None,
+    help="Only the first N documents, and the queries whose judged documents are all in them.",
+)
 @REPORT_OPTIONS
 def tune_bench(
     folder: Path,
@@ -799,6 +806,8 @@ def tune_bench(
     max_steps: int,
     max_seconds: float,
     pseudo_queries: int,
+    threads: int,
+    corpus_limit: int | None,
     sets: tuple[str, ...],
     results: Path,
     as_json: bool,
@@ -809,11 +818,20 @@ def tune_bench(
     from recalld.tune import run as tune_run
 
     options = tune_run.with_budget(
-        tune_run.TuneOptions(queries=pseudo_queries), max_steps=max_steps, max_seconds=max_seconds
+        tune_run.TuneOptions(queries=pseudo_queries),
+        max_steps=max_steps,
+        max_seconds=max_seconds,
+        threads=threads,
     )
     report = asyncio.run(
         tune_bench_module.run(
-            folder, split, limit_queries, _workdir(store_dir), _overrides(sets), options
+            folder,
+            split,
+            limit_queries,
+            _workdir(store_dir),
+            _overrides(sets),
+            options,
+            corpus_limit,
         )
     )
     header = ["mode", "ndcg@10 before", "ndcg@10 after", "delta", "p"]

@@ -29,14 +29,24 @@ async def run(
     workdir: Path,
     overrides: dict[str, str],
     options: tune_run.TuneOptions,
+    corpus_limit: int | None = None,
 ) -> dict[str, Any]:
     """Ingest, score, tune, reindex onto an accepted model, score again."""
     corpus, queries, qrels = load_beir(folder, split)
+    if corpus_limit:
+        # As `bench beir --corpus-limit`: the first N documents and the queries judged on them.
+        corpus = dict(list(corpus.items())[:corpus_limit])
+        qrels = {q: j for q, j in qrels.items() if all(d in corpus for d in j)}
     if limit_queries:
         qrels = dict(list(qrels.items())[:limit_queries])
     settings = bench_settings(workdir, overrides)
     memory = await AsyncMemory.open(settings, embedder=load_model(settings))
-    report: dict[str, Any] = {"dataset": str(folder), "split": split, "queries": len(qrels)}
+    report: dict[str, Any] = {
+        "dataset": str(folder),
+        "split": split,
+        "documents": len(corpus),
+        "queries": len(qrels),
+    }
     try:
         report["ingest_seconds"] = round(await ingest_corpus(memory, corpus), 1)
         report["chunks"] = (await memory.counts())["chunks"]

@@ -33,7 +33,8 @@ EMBED_BATCH = 16
 MIN_WORDS = 6  # a held-out span shorter than this says too little to be a query
 MIN_POSITIVE_WORDS = 8  # what must remain of the chunk once the span is held out
 
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+# Also splits "end.Next" (sentences joined without a space, as in some abstracts).
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[a-z][.!?])(?=[A-Z])|\n+")
 _TURN = re.compile(r"^[^:\n]{1,60}: (.+)$")
 
 Progress = Callable[[dict[str, Any]], Awaitable[None]]
