@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from recalld import private
 from recalld.embeddings import tuned
@@ -33,6 +33,8 @@ Progress = Callable[[dict[str, Any]], Awaitable[None]]
 WORK = ".tune"
 RUN = "run.json"
 META_PREFIX = "tuned_model:"
+HEARTBEAT_S = 5.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -137,17 +139,14 @@ async def tune(
         "training": result.as_dict(),
         "created": time.time(),
     }
-    if progress is not None:
-        await progress({"phase": "building"})
-    folder, candidate = await asyncio.to_thread(
-        export.build, encoder, base_dir, models_dir, name, manifest
+    folder, candidate = await _in_thread(
+        progress, "building", export.build, encoder, base_dir, models_dir, name, manifest
     )
     try:
-        if progress is not None:
-            await progress({"phase": "gate"})
         distractors = await _distractors(store, mined, options)
-        before = await asyncio.to_thread(gate.measure, embedder, mined.eval_pairs, distractors)
-        after = await asyncio.to_thread(gate.measure, candidate, mined.eval_pairs, distractors)
+        pairs = mined.eval_pairs
+        before = await _in_thread(progress, "gate", gate.measure, embedder, pairs, distractors)
+        after = await _in_thread(progress, "gate", gate.measure, candidate, pairs, distractors)
         verdict = gate.decide(before, after)
         summary["gate"] = verdict.as_dict()
         if verdict.accepted:
@@ -168,6 +167,21 @@ async def tune(
     await asyncio.to_thread(shutil.rmtree, work, True)
     summary["seconds"] = round(time.monotonic() - started, 1)
     return summary
+
+
+async def _in_thread(
+    progress: Progress | None, phase: str, func: Callable[..., T], *args: Any
+) -> T:
+    """`func(*args)` in a worker thread, with a `phase` note every `HEARTBEAT_S` meanwhile (a
+    client waiting on the socket keeps hearing from a long build or gate)."""
+    task = asyncio.ensure_future(asyncio.to_thread(func, *args))
+    began = time.monotonic()
+    while True:
+        if progress is not None:
+            await progress({"phase": phase, "seconds": round(time.monotonic() - began, 1)})
+        done, _ = await asyncio.wait({task}, timeout=HEARTBEAT_S)
+        if done:
+            return task.result()
 
 
 async def _mined(
