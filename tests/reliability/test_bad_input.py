@@ -257,8 +257,9 @@ async def test_bad_input_corpus(isolated_home: Path, short_dir: Path, tmp_path: 
                     return bool(hits)
 
             await wait_until(later, 30)
+            # Liveness, not a rate: a fast machine can finish the corpus in under ten pings.
+            await wait_until(lambda: pinger.answers > 10, 30)
         assert not pinger.failures, pinger.failures[:5]
-        assert pinger.answers > 10
     finally:
         assert await stop(server, task) == 0
     # Never read whole: the process grew by far less than the refused file's size.

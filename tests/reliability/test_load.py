@@ -39,6 +39,9 @@ def note(rng: random.Random, index: int) -> str:
 
 @pytest.mark.integration
 @pytest.mark.slow
+# 4,000 searches and 600 files on two cores, with asyncio's debug mode in the daemon (make
+# test sets PYTHONASYNCIODEBUG): about a minute alone, past the default 120 s beside other load.
+@pytest.mark.timeout(360)
 def test_20_clients_search_while_ingesting(
     make_daemon: Callable[..., Daemon], tmp_path: Path
 ) -> None:
