@@ -104,6 +104,24 @@ async def knn(
     return await exact_knn(conn, vector, k, filters)
 
 
+# The query's distinct terms with their BM25 IDF, for `fts` and `keyword_scores` alike.
+# MATERIALIZED: each term's tsquery is built once, not once per row, and the GIN index then
+# answers `tsv @@ q` for each term. The chunk total for IDF is the planner's row estimate
+# (kept fresh by autovacuum's ANALYZE; counted only before the first ANALYZE), as count(*)
+# scans the whole table on PostgreSQL.
+_WEIGHTED_TERMS = (
+    "WITH terms AS MATERIALIZED (SELECT q FROM (SELECT DISTINCT recalld_term(t) AS q "
+    "  FROM unnest(%s::text[]) t) x WHERE numnode(q) > 0), "
+    "total AS MATERIALIZED (SELECT CASE WHEN reltuples < 0 "
+    "  THEN (SELECT count(*) FROM chunks) ELSE reltuples::bigint END AS n "
+    "  FROM pg_class WHERE oid = 'chunks'::regclass), "
+    "weighted AS MATERIALIZED (SELECT q, "
+    "  ln(1 + (greatest(total.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf "
+    "  FROM terms CROSS JOIN total "
+    "  CROSS JOIN LATERAL (SELECT count(*) AS n FROM chunks WHERE tsv @@ terms.q) df) "
+)
+
+
 async def fts(conn: PgConn, expression: str, k: int, filters: Filters) -> list[tuple[int, float]]:
     """The `k` best keyword matches as `(chunk_id, score)`, best first (see module docstring)."""
     terms = terms_of(expression)
@@ -111,21 +129,8 @@ async def fts(conn: PgConn, expression: str, k: int, filters: Filters) -> list[t
         return []
     where, params = filter_sql(filters)
     join = "" if filters.is_empty() else "JOIN documents d ON d.id = c.document_id"
-    # MATERIALIZED: each term's tsquery is built once, not once per row, and the GIN index
-    # then answers `tsv @@ q` for each term. The chunk total for IDF is the planner's row
-    # estimate (kept fresh by autovacuum's ANALYZE; counted only before the first ANALYZE),
-    # as count(*) scans the whole table on PostgreSQL.
     rows = await conn.fetch(
-        "WITH terms AS MATERIALIZED (SELECT q FROM (SELECT DISTINCT recalld_term(t) AS q "
-        "  FROM unnest(%s::text[]) t) x WHERE numnode(q) > 0), "
-        "total AS MATERIALIZED (SELECT CASE WHEN reltuples < 0 "
-        "  THEN (SELECT count(*) FROM chunks) ELSE reltuples::bigint END AS n "
-        "  FROM pg_class WHERE oid = 'chunks'::regclass), "
-        "weighted AS MATERIALIZED (SELECT q, "
-        "  ln(1 + (greatest(total.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf "
-        "  FROM terms CROSS JOIN total "
-        "  CROSS JOIN LATERAL (SELECT count(*) AS n FROM chunks WHERE tsv @@ terms.q) df) "
-        "SELECT c.id, sum(w.idf * ts_rank(c.tsv, w.q, 1)) AS score "
+        _WEIGHTED_TERMS + "SELECT c.id, sum(w.idf * ts_rank(c.tsv, w.q, 1)) AS score "
         f"FROM weighted w JOIN chunks c ON c.tsv @@ w.q {join} WHERE {where} "
         "GROUP BY c.id ORDER BY score DESC, c.id LIMIT %s",
         [terms, *params, k],
@@ -139,16 +144,7 @@ async def keyword_scores(conn: PgConn, expression: str, ids: Sequence[int]) -> d
     if not terms or not ids:
         return {}
     rows = await conn.fetch(
-        "WITH terms AS MATERIALIZED (SELECT q FROM (SELECT DISTINCT recalld_term(t) AS q "
-        "  FROM unnest(%s::text[]) t) x WHERE numnode(q) > 0), "
-        "total AS MATERIALIZED (SELECT CASE WHEN reltuples < 0 "
-        "  THEN (SELECT count(*) FROM chunks) ELSE reltuples::bigint END AS n "
-        "  FROM pg_class WHERE oid = 'chunks'::regclass), "
-        "weighted AS MATERIALIZED (SELECT q, "
-        "  ln(1 + (greatest(total.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf "
-        "  FROM terms CROSS JOIN total "
-        "  CROSS JOIN LATERAL (SELECT count(*) AS n FROM chunks WHERE tsv @@ terms.q) df) "
-        "SELECT c.id, sum(w.idf * ts_rank(c.tsv, w.q, 1)) AS score "
+        _WEIGHTED_TERMS + "SELECT c.id, sum(w.idf * ts_rank(c.tsv, w.q, 1)) AS score "
         "FROM weighted w JOIN chunks c ON c.tsv @@ w.q WHERE c.id = ANY(%s) GROUP BY c.id",
         [terms, list(ids)],
     )
