@@ -95,6 +95,10 @@ def test_past_the_watch_limit_a_folder_is_polled_and_status_says_so(
             daemon.proc.wait()
 
 
+# Known race (issue 18, left open): about one full-suite run in three, the recreated folder is
+# not watched again within 30 s (the watcher's round restart against its root guard). Not
+# strict, so it still runs and reports; remove the mark with the fix.
+@pytest.mark.xfail(reason="race in the watcher's round restart, issue 18", strict=False)
 def test_a_watched_folder_deleted_and_recreated_is_watched_again(
     make_daemon: Callable[..., Daemon], tmp_path: Path
 ) -> None:
