@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -109,20 +109,41 @@ def busy_file_error(path: Path | str) -> IngestError:
     )
 
 
+def too_large_error(path: Path | str, size: int, max_bytes: int) -> IngestError:
+    """The error for a file over `daemon.max_file_mb`."""
+    return IngestError(
+        f"{path} is {size / 2**20:.0f} MiB, over the {max_bytes / 2**20:.0f} MiB "
+        "limit; raise daemon.max_file_mb to ingest it",
+        data={"path": str(path), "reason": "too large"},
+    )
+
+
+def read_capped(handle: BinaryIO, path: Path | str, max_bytes: int) -> bytes:
+    """Read an open file whole, refusing it when it holds more than `max_bytes`.
+
+    The size seen by a stat before the open is not enough: a file still being written can
+    grow past the limit between that stat and this read, and its first `max_bytes` must not
+    be stored as if they were all of it.
+
+    Raises:
+        IngestError: The file holds more than `max_bytes` now.
+    """
+    data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise too_large_error(path, os.fstat(handle.fileno()).st_size, max_bytes)
+    return data
+
+
 def _read_file(path: Path, max_bytes: int) -> tuple[bytes, float, int]:
     stat = path.stat()
     if stat.st_size > max_bytes:
-        raise IngestError(
-            f"{path} is {stat.st_size / 2**20:.0f} MiB, over the {max_bytes / 2**20:.0f} MiB "
-            "limit; raise daemon.max_file_mb to ingest it",
-            data={"path": str(path), "reason": "too large"},
-        )
+        raise too_large_error(path, stat.st_size, max_bytes)
     try:
         handle = open_regular(path)
     except BlockingIOError:
         raise busy_file_error(path) from None
     with handle:
-        data = handle.read(max_bytes + 1)
+        data = read_capped(handle, path, max_bytes)
     return data, stat.st_mtime, stat.st_size
 
 
@@ -585,6 +606,13 @@ def check_memory_type(memory_type: str) -> None:
 
 async def replace_error(conn: Any, source: str, error_type: str, message: str) -> None:
     """Record why a source failed, in place of its earlier errors: a file that fails at every
-    event or scan is listed once, with its latest reason."""
+    event or scan is listed once, with its latest reason.
+
+    What was stored for an earlier version of the source goes in the same transaction: a
+    source is either stored or an error, never both (a file read empty while it was being
+    created, then refused once it grew past the size limit, used to be both, and search
+    kept answering with content the file no longer had).
+    """
+    await writer.delete_document(conn, source)
     await writer.clear_errors(conn, source)
     await writer.record_error(conn, source, error_type, message)

@@ -49,8 +49,10 @@ from recalld.ingest.pipeline import (
     IngestReport,
     busy_file_error,
     content_hash,
+    read_capped,
     read_timeout_error,
     replace_error,
+    too_large_error,
 )
 from recalld.ingest.watcher import FileState, PathFilter, WatchedSource, accepts, walk
 from recalld.safe_io import NotRegularFile, call_with_timeout, open_regular
@@ -187,11 +189,7 @@ def _read(path: Path, max_bytes: int) -> _Read | _Skip | FileState | None:
     if (file_type := unsupported_type(path.name)) is not None:
         return _Skip(path, os.fspath(path), file_type, stat.st_mtime, stat.st_size)
     if stat.st_size > max_bytes:
-        raise IngestError(
-            f"{path} is {stat.st_size / 2**20:.0f} MiB, over the {max_bytes / 2**20:.0f} MiB "
-            "limit; raise daemon.max_file_mb to ingest it",
-            data={"path": str(path), "reason": "too large"},
-        )
+        raise too_large_error(path, stat.st_size, max_bytes)
     try:
         handle = open_regular(path)
     except BlockingIOError:
@@ -202,7 +200,7 @@ def _read(path: Path, max_bytes: int) -> _Read | _Skip | FileState | None:
             data={"path": str(path), "reason": "not a regular file"},
         ) from None
     with handle:
-        data = handle.read(max_bytes + 1)
+        data = read_capped(handle, path, max_bytes)
     return _Read(path, os.fspath(path), data, stat.st_mtime, stat.st_size)
 
 
