@@ -16,12 +16,25 @@ import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from recalld.errors import ConfigError
 from recalld.masking import mask_value
+from recalld.types import Granularity
 
 ENV_PREFIX = "RECALLD_"
+
+# The settings that take one of a fixed set of words: loading refuses any other value, naming
+# the setting, the value and the choices, so a typo stops the daemon at start-up instead of
+# failing every search later.
+VectorIndex = Literal["hnsw", "exact"]
+EncodingFormat = Literal["base64", "float"]
+SearchMode = Literal["hybrid", "vector", "bm25"]
+Fusion = Literal["score", "rrf"]
+Weighting = Literal["coverage", "idf", "fixed"]
+TimeMode = Literal["boost", "filter"]
+SupersedeMode = Literal["llm", "heuristic", "off"]
+SymlinkPolicy = Literal["inside", "never", "all"]
 
 # Marks a field that no layer sets: `load_settings` resolves it (an API key from the variable
 # or file the settings name), and `config show` leaves it out.
@@ -70,7 +83,7 @@ class StoreSettings:
     # documents and memories (row-level security).
     isolate_users: bool = False
     # PostgreSQL only, fixed when the store is created: "hnsw" (approximate, pgvector) or "exact".
-    vector_index: str = "hnsw"
+    vector_index: VectorIndex = "hnsw"
 
 
 @dataclass(frozen=True)
@@ -89,7 +102,7 @@ class EmbedSettings:
     timeout_s: float = 30.0  # read timeout per request; connecting gets at most 5 s
     max_retries: int = 4
     batch_tokens: int = 8000  # approximate tokens per request (batch_size caps the count)
-    encoding_format: str = "base64"  # base64 | float
+    encoding_format: EncodingFormat = "base64"
     api_key: Secret | None = field(default=None, repr=False, metadata=_RESOLVED)
 
 
@@ -129,9 +142,9 @@ class SearchSettings:
 
     limit: int = 10
     candidates: int = 50
-    mode: str = "hybrid"  # hybrid | vector | bm25
-    fusion: str = "score"  # score (convex combination of normalised scores) | rrf
-    weighting: str = "coverage"  # coverage | idf (vstash) | fixed
+    mode: SearchMode = "hybrid"
+    fusion: Fusion = "score"  # score: a convex combination of normalised scores
+    weighting: Weighting = "coverage"  # idf: vstash's
     rrf_k: int = 60
     vector_weight: float = 0.6  # weighting = "fixed" only
     # Per-query weights: keyword weight = sigmoid(slope * (signal - midpoint)), where the signal
@@ -158,7 +171,7 @@ class SearchSettings:
     # category and of time-worded questions; the filter loses other questions' evidence, and
     # the ordering boost ("the first time", "recently") did not help, so it is off.
     time_aware: bool = True
-    time_mode: str = "boost"  # boost | filter
+    time_mode: TimeMode = "boost"
     time_weight: float = 1.0  # boost: score x (1 + time_weight) inside the range
     time_order_weight: float = 0.0  # boost for the earliest / latest candidate
     # MemX's four-factor re-rank (weights as published); each factor is off until switched
@@ -201,9 +214,9 @@ class LinkSettings:
     auto: bool = True  # every auto link: parent, temporal, similar, supersedes
     similar_threshold: float = 0.9  # cosine similarity for a `similar` link
     similar_k: int = 5  # nearest existing chunks looked at per new chunk
-    granularities: tuple[str, ...] = ("fact", "memory")  # which new chunks are compared
+    granularities: tuple[Granularity, ...] = ("fact", "memory")  # which new chunks are compared
     # Knowledge updates: `heuristic`, `llm` (the facts endpoint, heuristic without one), `off`.
-    supersede: str = "llm"
+    supersede: SupersedeMode = "llm"
     supersede_similarity: float = 0.5  # candidates must be at least this similar
 
 
@@ -225,7 +238,7 @@ class PrivacySettings:
     ignore_files: bool = True  # honour .gitignore, .ignore and .recalldignore in every folder
     exclude: tuple[str, ...] = ()  # gitignore-style patterns, relative to every source
     deny_secret_files: bool = True  # `.env*`, private keys, credential files, histories, ...
-    symlinks: str = "inside"  # inside (target in a watched folder) | never | all
+    symlinks: SymlinkPolicy = "inside"  # inside: the target is in a watched folder
     redact: bool = True  # replace keys, tokens and passwords in text before storing it
     redact_entropy: bool = True  # also long random-looking strings in assignments
 
@@ -353,9 +366,26 @@ def default_config_path(env: Mapping[str, str]) -> Path:
     return Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "recalld" / "config.toml"
 
 
+def _choice(value: Any, annotation: Any, key: str) -> str:
+    """`value` when it is one of the `Literal` annotation's words.
+
+    Raises:
+        ConfigError: It is not; the message names the setting, the value and the choices.
+    """
+    choices: tuple[str, ...] = typing.get_args(annotation)
+    if value in choices:
+        return str(value)
+    raise ConfigError(
+        f"setting {key!r} must be one of {', '.join(choices)}, not {value!r}",
+        data={"setting": key, "choices": list(choices)},
+    )
+
+
 def _coerce(value: Any, annotation: Any, key: str) -> Any:
     """Turn a TOML or string value into the field's declared type."""
     origin = typing.get_origin(annotation)
+    if origin is Literal:
+        return _choice(value, annotation, key)
     try:
         if annotation is bool:
             if isinstance(value, str):
@@ -376,6 +406,9 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
         if origin is tuple:
             if isinstance(value, str):
                 value = [v for v in value.split(",") if v]
+            item = typing.get_args(annotation)[0]
+            if typing.get_origin(item) is Literal:
+                return tuple(_choice(v, item, key) for v in value)
             return tuple(str(v) for v in value)
     except (TypeError, ValueError) as exc:
         raise ConfigError(

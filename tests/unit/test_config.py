@@ -1,5 +1,7 @@
+import dataclasses
 import os
 import re
+import typing
 from pathlib import Path
 
 import pytest
@@ -8,6 +10,7 @@ from recalld.config import (
     Settings,
     default_config_path,
     load_settings,
+    search_overrides,
     settings_as_dict,
     socket_candidates,
 )
@@ -118,3 +121,98 @@ def test_the_example_config_lists_every_setting_with_its_default(tmp_path: Path)
     loaded = load_settings(example, {"HOME": str(tmp_path)})
     defaults = settings_as_dict(load_settings(None, {"HOME": str(tmp_path)}).settings)
     assert settings_as_dict(loaded.settings) == defaults
+
+
+def choice_settings() -> dict[str, tuple[str, ...]]:
+    """Every setting that takes one of a fixed set of words, with its words."""
+    found: dict[str, tuple[str, ...]] = {}
+    hints = typing.get_type_hints(Settings)
+    for section in dataclasses.fields(Settings):
+        cls = hints[section.name]
+        if not dataclasses.is_dataclass(cls):
+            continue
+        for name, annotation in typing.get_type_hints(cls).items():
+            if typing.get_origin(annotation) is tuple:
+                annotation = typing.get_args(annotation)[0]
+            if typing.get_origin(annotation) is typing.Literal:
+                found[f"{section.name}.{name}"] = typing.get_args(annotation)
+    return found
+
+
+def test_the_choice_settings_are_literals():
+    assert set(choice_settings()) == {
+        "store.vector_index",
+        "embed.encoding_format",
+        "search.mode",
+        "search.fusion",
+        "search.weighting",
+        "search.time_mode",
+        "links.granularities",
+        "links.supersede",
+        "privacy.symlinks",
+    }
+
+
+@pytest.mark.parametrize("source", ["file", "env", "flag"])
+def test_a_bad_choice_names_the_setting_the_value_and_the_choices(tmp_path: Path, source: str):
+    for key, choices in choice_settings().items():
+        section, name = key.split(".")
+        env = {"RECALLD_HOME": str(tmp_path)}
+        overrides: dict[str, str] = {}
+        path = None
+        if source == "file":
+            path = tmp_path / "config.toml"
+            path.write_text(f'[{section}]\n{name} = "bogus"\n')
+        elif source == "env":
+            env[f"RECALLD_{section.upper()}__{name.upper()}"] = "bogus"
+        else:
+            overrides[key] = "bogus"
+        with pytest.raises(ConfigError) as caught:
+            load_settings(path, env, overrides)
+        message = caught.value.message
+        assert f"'{key}' must be one of {', '.join(choices)}, not 'bogus'" in message, message
+        assert caught.value.data["setting"] == key
+        assert caught.value.data["source"] == (str(path) if path else source)
+
+
+def test_every_choice_is_accepted():
+    for key, choices in choice_settings().items():
+        for choice in choices:
+            loaded = load_settings(None, {"HOME": "/nonexistent"}, {key: choice})
+            value = settings_as_dict(loaded.settings)[key]
+            assert value == ([choice] if key == "links.granularities" else choice)
+
+
+def test_granularities_are_checked_one_by_one(tmp_path: Path):
+    loaded = load_settings(
+        None, {"RECALLD_HOME": str(tmp_path)}, {"links.granularities": "fact,round"}
+    )
+    assert loaded.settings.links.granularities == ("fact", "round")
+    with pytest.raises(ConfigError, match=r"not 'sentence' \(from --set\)"):
+        load_settings(
+            None, {"RECALLD_HOME": str(tmp_path)}, {"links.granularities": "fact,sentence"}
+        )
+
+
+def test_request_settings_are_checked_against_the_choices():
+    assert search_overrides({"mode": "bm25"}) == {"mode": "bm25"}
+    with pytest.raises(ConfigError, match=r"'search\.mode' must be one of hybrid, vector, bm25"):
+        search_overrides({"mode": "hybird"})
+
+
+def test_the_choices_agree_with_the_code_that_uses_them():
+    from recalld.ingest.admission import SYMLINK_POLICIES
+    from recalld.ingest.supersede_llm import SUPERSEDE_MODES
+    from recalld.retrieval.search import FUSIONS, MODES, TIME_MODES, WEIGHTINGS
+    from recalld.storage.pg.schema import VECTOR_INDEXES
+    from recalld.types import GRANULARITIES
+
+    choices = choice_settings()
+    assert choices["search.mode"] == MODES
+    assert choices["search.fusion"] == FUSIONS
+    assert choices["search.weighting"] == WEIGHTINGS
+    assert choices["search.time_mode"] == TIME_MODES
+    assert choices["store.vector_index"] == VECTOR_INDEXES
+    assert choices["links.granularities"] == GRANULARITIES
+    assert choices["links.supersede"] == SUPERSEDE_MODES
+    assert choices["privacy.symlinks"] == SYMLINK_POLICIES

@@ -31,13 +31,14 @@ import logging
 import os
 import re
 import threading
+import typing
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pathspec
 
-from recalld.config import PrivacySettings
+from recalld.config import PrivacySettings, SymlinkPolicy
 from recalld.errors import ConfigError
 from recalld.ingest.forgotten import ForgottenPaths
 from recalld.safe_io import open_regular
@@ -45,7 +46,7 @@ from recalld.safe_io import open_regular
 logger = logging.getLogger(__name__)
 
 IGNORE_FILES = (".gitignore", ".ignore", ".recalldignore")
-SYMLINK_POLICIES = ("inside", "never", "all")
+SYMLINK_POLICIES: tuple[str, ...] = typing.get_args(SymlinkPolicy)
 
 # Files that hold credentials by name. Drawn from gitleaks' and GitHub secret scanning's
 # lists of sensitive file names and the credential files of common tools; matched

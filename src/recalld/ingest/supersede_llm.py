@@ -14,9 +14,10 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import typing
 from collections.abc import Sequence
 
-from recalld.config import Secret, Settings
+from recalld.config import Secret, Settings, SupersedeMode
 from recalld.embeddings.openai_compat import RetryPolicy
 from recalld.errors import ConfigError
 from recalld.ingest.llm_chat import JsonChat, UnusableAnswer
@@ -24,7 +25,7 @@ from recalld.ingest.llm_chat import JsonChat, UnusableAnswer
 logger = logging.getLogger(__name__)
 
 BATCH_PAIRS = 16
-SUPERSEDE_MODES = ("llm", "heuristic", "off")
+SUPERSEDE_MODES: tuple[str, ...] = typing.get_args(SupersedeMode)
 
 SYSTEM_PROMPT = """\
 You maintain a long-term memory. For each pair of statements, decide whether the newer one \

@@ -356,7 +356,7 @@ class Searcher:
         if opts.budget_tokens and hits:
             hits, packed = await self._pack(hits, opts.budget_tokens)
         timings["total_ms"] = (time.perf_counter() - started) * 1000
-        summary = {
+        summary: dict[str, Any] = {
             "mode": opts.mode,
             "fusion": opts.fusion if opts.mode == "hybrid" else None,
             "weighting": opts.weighting if opts.mode == "hybrid" else None,
