@@ -342,3 +342,51 @@ def forget_query_params(
     if filters:
         params["filters"] = {k: v for k, v in filters.items() if v not in (None, (), [])}
     return params
+
+
+def links_params(chunk_id: int, relation: str | None, direction: str) -> dict[str, Any]:
+    """Params of `links/list`."""
+    params: dict[str, Any] = {"id": chunk_id, "direction": direction}
+    if relation is not None:
+        params["relation"] = relation
+    return params
+
+
+def sources_add_params(
+    path: str | os.PathLike[str], kind: str, exclude: Sequence[str]
+) -> dict[str, Any]:
+    """Params of `sources/add`, leaving out an empty `exclude`."""
+    params: dict[str, Any] = {"path": absolute(path), "kind": kind}
+    if exclude:
+        params["exclude"] = list(exclude)
+    return params
+
+
+def import_params(
+    path: str | os.PathLike[str], replace: bool, allow_secrets: bool
+) -> dict[str, Any]:
+    """Params of `import`, sending `allow_secrets` only when it is set."""
+    params: dict[str, Any] = {"path": absolute(path), "replace": replace}
+    if allow_secrets:
+        params["allow_secrets"] = True
+    return params
+
+
+def reindex_params(model: str | None, detach: bool) -> dict[str, Any]:
+    """Params of `reindex`; no `model` follows the reindex running."""
+    params: dict[str, Any] = {"detach": detach}
+    if model is not None:
+        params["model"] = model
+    return params
+
+
+def tune_params(
+    dry_run: bool, switch: bool, max_steps: int | None, max_seconds: float | None
+) -> dict[str, Any]:
+    """Params of `tune`, leaving out unset budgets."""
+    params: dict[str, Any] = {"dry_run": dry_run, "switch": switch}
+    if max_steps is not None:
+        params["max_steps"] = max_steps
+    if max_seconds is not None:
+        params["max_seconds"] = max_seconds
+    return params

@@ -27,14 +27,19 @@ from recalld.client.base import (
     follow_again,
     forget_params,
     forget_query_params,
+    import_params,
     ingest_params,
     ingest_result,
     link_params,
+    links_params,
     list_params,
     not_running,
+    reindex_params,
     remember_params,
     search_params,
     socket_from_env,
+    sources_add_params,
+    tune_params,
     update_params,
     wait_slice,
 )
@@ -311,9 +316,7 @@ class Client:
         self, chunk_id: int, *, relation: str | None = None, direction: str = "both"
     ) -> list[dict[str, Any]]:
         """The links of a chunk (`in`, `out` or `both`)."""
-        params: dict[str, Any] = {"id": chunk_id, "direction": direction}
-        if relation is not None:
-            params["relation"] = relation
+        params = links_params(chunk_id, relation, direction)
         result: list[dict[str, Any]] = (self.call("links/list", params))["links"]
         return result
 
@@ -443,9 +446,7 @@ class Client:
         self, path: str | os.PathLike[str], *, kind: str = "auto", exclude: Sequence[str] = ()
     ) -> dict[str, Any]:
         """Watch a folder from now on, without what matches `exclude` (gitignore-style)."""
-        params: dict[str, Any] = {"path": absolute(path), "kind": kind}
-        if exclude:
-            params["exclude"] = list(exclude)
+        params = sources_add_params(path, kind, exclude)
         result: dict[str, Any] = self.call("sources/add", params)
         return result
 
@@ -513,8 +514,7 @@ class Client:
         redacts them unless `allow_secrets`."""
         result: dict[str, Any] = self.call(
             "import",
-            {"path": absolute(path), "replace": replace}
-            | ({"allow_secrets": True} if allow_secrets else {}),
+            import_params(path, replace, allow_secrets),
             on_progress=on_progress,
         )
         return result
@@ -533,9 +533,7 @@ class Client:
     ) -> dict[str, Any]:
         """Re-embed the store with `model` (None: follow the reindex running); unless
         `detach`, return when the new model is live, with progress to `on_progress`."""
-        params: dict[str, Any] = {"detach": detach}
-        if model is not None:
-            params["model"] = model
+        params = reindex_params(model, detach)
         result: dict[str, Any] = self.call("reindex", params, on_progress=on_progress)
         return result
 
@@ -550,11 +548,7 @@ class Client:
     ) -> dict[str, Any]:
         """Tune the store's local model on its own content (`recalld tune`); with `switch`,
         start the reindex onto a model the eval gate accepted."""
-        params: dict[str, Any] = {"dry_run": dry_run, "switch": switch}
-        if max_steps is not None:
-            params["max_steps"] = max_steps
-        if max_seconds is not None:
-            params["max_seconds"] = max_seconds
+        params = tune_params(dry_run, switch, max_steps, max_seconds)
         result: dict[str, Any] = self.call("tune", params, on_progress=on_progress)
         return result
 
