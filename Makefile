@@ -22,8 +22,8 @@ serve: $(STAMP)
 	$(VENV)/bin/recalld serve
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests
-	$(VENV)/bin/ruff format --check src tests
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
 	$(VENV)/bin/lint-imports
 
 typecheck: $(STAMP)
@@ -35,8 +35,8 @@ pytest: $(STAMP)
 test: lint typecheck pytest
 
 fix: $(STAMP)
-	$(VENV)/bin/ruff check --fix src tests
-	$(VENV)/bin/ruff format src tests
+	$(VENV)/bin/ruff check --fix src tests bench
+	$(VENV)/bin/ruff format src tests bench
 
 clean:
 	rm -rf $(VENV)

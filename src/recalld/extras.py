@@ -6,7 +6,6 @@ notebooks, embeds with the packaged model and stores in SQLite. These need an ex
     office    PPTX and XLSX (python-pptx, pandas, openpyxl through markitdown)
     openai    `openai:` embedding models and LLM facts / knowledge updates (the openai client)
     postgres  a `postgresql://` store (psycopg)
-    plot      `python -m recalld.bench ... --plot` (matplotlib)
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from recalld.bench.__main__ import main
+from bench.__main__ import main
 
 
 def make_beir(folder: Path) -> None:
@@ -267,7 +267,7 @@ def test_perf_without_the_peer_says_how_to_set_it_up(tmp_path: Path):
 
 
 def test_locomo_budget_recall_skips_what_does_not_fit():
-    from recalld.bench.locomo import budget_recall
+    from bench.locomo import budget_recall
 
     hits = [({"D1:1"}, 100), ({"D1:2", "D1:3"}, 300), ({"D1:3"}, 40)]
     # 150 words: the 300-word hit is skipped, the later small one still fits.
@@ -297,7 +297,7 @@ def test_compare_tests_two_reports_of_the_same_questions(tmp_path: Path):
 
 
 def test_answerability_threshold_is_chosen_on_the_other_conversations():
-    from recalld.bench.locomo import ANSWERABILITY_K, answerability_leave_one_out
+    from bench.locomo import ANSWERABILITY_K, answerability_leave_one_out
 
     def record(conv: str, category: int, ownership: float | None) -> dict:
         return {

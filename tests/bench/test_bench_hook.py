@@ -1,4 +1,4 @@
-"""`python -m recalld.bench.hook` runs end to end on the test embedder and writes its report
+"""`python -m bench.hook` runs end to end on the test embedder and writes its report
 (figures are not checked: speed is measured by running it, not in tests)."""
 
 import json
@@ -11,11 +11,12 @@ def test_hook_benchmark_reports_every_command(tmp_path: Path) -> None:
     out = tmp_path / "out"
     proc = subprocess.run(
         [
-            sys.executable, "-m", "recalld.bench.hook", "--runs", "1", "--model", "hash:64",
+            sys.executable, "-m", "bench.hook", "--runs", "1", "--model", "hash:64",
             "--memories", "12", "--results", str(out),
         ],
         capture_output=True,
         text=True,
+        cwd=Path(__file__).parents[2],  # the checkout, where `bench` is importable
         timeout=300,
         check=False,
     )  # fmt: skip

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from recalld.bench import scale
-from recalld.bench.__main__ import main
+from bench import scale
+from bench.__main__ import main
 
 ROUTES = ("vector", "vector_filtered", "exact", "search_full", "search_bm25")
 

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.locomo import evidence_ids
 from recalld.api import AsyncMemory
-from recalld.bench.locomo import evidence_ids
 from recalld.config import load_settings
 from recalld.storage import readers
 from recalld.types import Filters

@@ -154,23 +154,6 @@ async def test_latest_event_time_follows_the_scope_not_the_time_bounds(store: St
     assert await latest(Filters(tags=("vegetable",))) is None
 
 
-async def test_reset_usage_clears_counters_and_back_dates(store: Store):
-    await put(store, "/a.md", ["one", "two"])
-    ids = [cid for cid, _ in await store.read(lambda c: readers.fts(c, '"one"', 5, NO_FILTERS))]
-    await store.write(lambda c: writer.count_use(c, ids, retrieval=True))
-    await store.write(lambda c: writer.count_use(c, ids, retrieval=False))
-    [chunk] = (await store.read(lambda c: readers.chunks_by_id(c, ids))).values()
-    assert chunk.retrieval_count == chunk.access_count == 1
-    await store.write(lambda c: writer.reset_usage(c, created_at=1000.0))
-    doc_id = chunk.document_id
-    for row in await store.read(lambda c: readers.neighbours(c, doc_id, 0, 9)):
-        assert (row.retrieval_count, row.access_count, row.created_at) == (0, 0, 1000.0)
-        assert row.last_retrieved_at is None and row.last_accessed_at is None
-    await store.write(writer.reset_usage)  # without a date, creation times stay
-    [chunk] = (await store.read(lambda c: readers.chunks_by_id(c, ids))).values()
-    assert chunk.created_at == 1000.0
-
-
 async def test_delete_and_move(store: Store):
     await put(store, "old.md", ["movable text"])
     assert await store.write(lambda c: writer.move_document(c, "old.md", "new.md"))

@@ -12,7 +12,7 @@ so the published weights compare like with like.
 
 Every factor but the semantic one is off unless its weight is set: vstash found such factors
 lower NDCG on static benchmarks, so they earn their place only through this repo's benchmarks
-(`python -m recalld.bench ablation`).
+(`python -m bench ablation`).
 """
 
 from __future__ import annotations

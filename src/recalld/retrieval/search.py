@@ -85,10 +85,6 @@ class Searcher:
         self.embedder, self.calibration = embedder, calibration
         self._query_cache.clear()  # its vectors belong to the old model
 
-    def clear_query_cache(self) -> None:
-        """Forget cached query vectors (benchmarks: each mode pays for its own embeddings)."""
-        self._query_cache.clear()
-
     def _note_embedding_down(self, exc: EmbeddingError) -> None:
         # Once per outage at WARNING; every search in it would otherwise log the same line.
         level = logging.DEBUG if self._embedding_down else logging.WARNING

@@ -79,7 +79,7 @@ _LOAD_BATCH = 50_000
 
 @dataclass(frozen=True, slots=True)
 class Tuning:
-    """How many candidates each stage keeps (chosen with `python -m recalld.bench scale`).
+    """How many candidates each stage keeps (chosen with `python -m bench scale`).
 
     Each stage keeps max(min, per_k x k, fraction x chunks). The fractions were calibrated on
     all-MiniLM-L6-v2 vectors of SciFact, so recall holds even if the density of near

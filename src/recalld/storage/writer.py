@@ -301,21 +301,6 @@ async def clear_errors(conn: Any, source: str) -> None:
 
 
 @routed
-async def reset_usage(conn: Any, *, created_at: float | None = None) -> None:
-    """Clear every chunk's use counters, and back-date creation when `created_at` is given.
-
-    For benchmarks only (`recalld.bench ablation`): a re-used store must start each run from
-    the same state, and a corpus "ingested a while ago" lets recency tell fresh retrievals
-    from old chunks.
-    """
-    await conn.execute(
-        "UPDATE chunks SET retrieval_count = 0, last_retrieved_at = NULL, access_count = 0, "
-        "last_accessed_at = NULL, created_at = coalesce(?, created_at)",
-        (created_at,),
-    )
-
-
-@routed
 async def count_use(conn: Any, chunk_ids: Sequence[int], *, retrieval: bool) -> None:
     """Count retrievals (returned by search) or accesses (read explicitly) apart, as MemX does."""
     column = "retrieval" if retrieval else "access"

@@ -174,16 +174,6 @@ async def count_use(conn: PgConn, chunk_ids: Sequence[int], *, retrieval: bool) 
     )
 
 
-async def reset_usage(conn: PgConn, *, created_at: float | None = None) -> None:
-    """Clear every chunk's use counters, and back-date creation when `created_at` is given
-    (benchmarks only, see `storage.writer.reset_usage`)."""
-    await conn.run(
-        "UPDATE chunks SET retrieval_count = 0, last_retrieved_at = NULL, access_count = 0, "
-        "last_accessed_at = NULL, created_at = coalesce(%s::float8, created_at)",
-        [created_at],
-    )
-
-
 async def set_meta(conn: PgConn, key: str, value: str) -> None:
     """Set one value of the store's `meta` table."""
     await conn.execute(

@@ -30,11 +30,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from bench import beir, locomo
+from bench.common import bench_settings, load_model
 from recalld.api import AsyncMemory
-from recalld.bench import beir, locomo
-from recalld.bench.common import bench_settings, load_model
 from recalld.embeddings.base import Embedder
 from recalld.storage import writer
+from recalld.storage.store import Store
 
 # MemX's published weights (Table 1), one factor at a time.
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -45,12 +46,33 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 HISTORIES = ("split", "same", "none")
 
+# `?` placeholders: both backends' write connections take aiosqlite's spelling (PostgreSQL's
+# translates it); the CAST types a NULL date for PostgreSQL and is a no-op on SQLite.
+_RESET_USAGE = (
+    "UPDATE chunks SET retrieval_count = 0, last_retrieved_at = NULL, access_count = 0, "
+    "last_accessed_at = NULL, created_at = coalesce(CAST(? AS DOUBLE PRECISION), created_at)"
+)
+
 
 def split(items: Sequence[Any], history: str) -> tuple[list[Any], list[Any]]:
     """(history, measured) items for a history mode."""
     if history == "split":
         return list(items[1::2]), list(items[0::2])
     return (list(items) if history == "same" else []), list(items)
+
+
+async def reset_usage(store: Store, *, created_at: float | None = None) -> None:
+    """Clear every chunk's use counters, and back-date creation when `created_at` is given.
+
+    A re-used store must start each run from the same state, and a corpus "ingested a while ago"
+    lets recency tell fresh retrievals from old chunks. Plain SQL on the store's writer
+    connection: only the benchmark needs it, so recalld has no operation for it.
+    """
+
+    async def reset(conn: Any) -> None:
+        await conn.execute(_RESET_USAGE, (created_at,))
+
+    await store.write(reset)
 
 
 async def simulate_use(
@@ -61,7 +83,7 @@ async def simulate_use(
     Returns:
         How many retrievals were counted.
     """
-    await memory.store.write(partial(writer.reset_usage, created_at=time.time() - age_days * 86400))
+    await reset_usage(memory.store, created_at=time.time() - age_days * 86400)
     counted = 0
     for query in queries:
         result = await memory.searcher.search(query, limit=k, **search)

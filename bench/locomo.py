@@ -25,9 +25,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import metrics
+from bench.common import MODES, bench_settings, forget_query_vectors, load_model
 from recalld.api import AsyncMemory
-from recalld.bench import metrics
-from recalld.bench.common import MODES, bench_settings, load_model
 from recalld.config import ChunkSettings
 from recalld.embeddings.base import Embedder
 from recalld.retrieval import answerability, timeparse
@@ -93,8 +93,7 @@ async def evaluate_conversation(
     """
     filters = Filters() if granularity == "all" else Filters(granularities=(granularity,))
     options = {**MODES[mode], **(overrides or {})}
-    # Every mode pays for its own query embeddings (see bench.beir.evaluate).
-    memory.searcher.clear_query_cache()
+    forget_query_vectors(memory)
     for qa in sample["qa"]:
         category = CATEGORIES.get(int(qa.get("category", 0)), "other")
         evidence = evidence_ids(qa)

@@ -1,6 +1,6 @@
 """How long an agent hook (`recalld context`) takes, as a whole process, against a running daemon.
 
-    python -m recalld.bench.hook [--runs 30] [--model local] [--memories 200]
+    python -m bench.hook [--runs 30] [--model local] [--memories 200]
 
 A daemon is started on a temporary home with `--memories` memories (half in a project, some
 preferences and decisions), then these commands run `--runs` times each, interleaved so load on
@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recalld.bench.common import machine, write_report
+from bench.common import machine, write_report
 from recalld.client import Client
 from recalld.errors import DaemonError
 
@@ -97,7 +97,7 @@ def _time(
 
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and print (and write) its report."""
-    parser = argparse.ArgumentParser(prog="python -m recalld.bench.hook", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench.hook", description=__doc__)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--model", default="local", help="embed.model of the daemon")
     parser.add_argument("--memories", type=int, default=200)

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from recalld.bench import metrics
+from bench import metrics
 
 
 def test_ndcg_hand_computed():

@@ -19,9 +19,9 @@ from typing import Any
 
 import numpy as np
 
+from bench.common import bench_settings, load_model
+from bench.ingest import _read, iter_files
 from recalld.api import AsyncMemory
-from recalld.bench.common import bench_settings, load_model
-from recalld.bench.ingest import _read, iter_files
 from recalld.embeddings.base import Embedder, Vectors
 
 

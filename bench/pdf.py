@@ -1,4 +1,4 @@
-"""PDF extractors side by side (issue 17): `python -m recalld.bench.pdf FILE.pdf ...`.
+"""PDF extractors side by side (issue 17): `python -m bench.pdf FILE.pdf ...`.
 
 For each PDF and each extractor installed (markitdown's pdfminer/pdfplumber path, PDFium
 through pypdfium2, pypdf), the text is chunked as ingest chunks it and measured:

@@ -1,4 +1,4 @@
-"""`python -m recalld.bench tune`: does `recalld tune` help on data it never saw?
+"""`python -m bench tune`: does `recalld tune` help on data it never saw?
 
 The BEIR corpus is ingested and tuned on alone (no queries, no qrels: pseudo-queries from the
 corpus, as `recalld tune` draws them); the split's judged queries then score the vector route
@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import metrics
+from bench.beir import evaluate, ingest_corpus, load_beir
+from bench.common import bench_settings, load_model
 from recalld.api import AsyncMemory
-from recalld.bench import metrics
-from recalld.bench.beir import evaluate, ingest_corpus, load_beir
-from recalld.bench.common import bench_settings, load_model
 from recalld.tune import run as tune_run
 
 MODES = ("vector", "full")

@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import metrics
+from bench.beir import load_beir
+from bench.common import bench_settings, forget_query_vectors, load_model
 from recalld.api import AsyncMemory
-from recalld.bench import metrics
-from recalld.bench.beir import load_beir
-from recalld.bench.common import bench_settings, load_model
 from recalld.client import Client
 from recalld.errors import DaemonError
 
@@ -320,7 +320,7 @@ async def _search_blocks(
                     lat["vstash"][str(row["id"])] = float(row["latency_ms"])
                     ranked["vstash"][str(row["id"])] = [str(d) for d in row["doc_ids"]]
             elif turn == "recalld":
-                memory.searcher.clear_query_cache()
+                forget_query_vectors(memory)
                 for qid, text in block.items():
                     started = time.perf_counter()
                     result = await memory.search(text, limit=K)

@@ -1,7 +1,7 @@
 """PNG plots of benchmark reports: quality by mode (BEIR, LoCoMo) and latency by scale.
 
-matplotlib is optional (`pip install 'recalld[plot]'`): it is ~80 MB installed and only the
-plots need it. Every function here takes a report as `write_report` wrote it.
+matplotlib is in the dev dependency group, not in recalld's own dependencies: it is ~80 MB
+installed and only the plots need it. Every function here takes a report as `write_report` wrote it.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ def _pyplot() -> Any:
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise PlotUnavailableError(
-            "plots need matplotlib; install it with `pip install 'recalld[plot]'` (the JSON "
-            "report was written all the same)"
+            "plots need matplotlib; install it with `pip install matplotlib` (`make install` "
+            "does; the JSON report was written all the same)"
         ) from exc
     return plt
 

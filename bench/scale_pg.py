@@ -18,8 +18,8 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 import numpy.typing as npt
 
-from recalld.bench import metrics
-from recalld.bench.scale import PrecomputedEmbedder, build, make_corpus, queries
+from bench import metrics
+from bench.scale import PrecomputedEmbedder, build, make_corpus, queries
 from recalld.storage import readers
 from recalld.storage.store import Store
 from recalld.types import NO_FILTERS, Filters

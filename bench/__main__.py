@@ -1,4 +1,4 @@
-"""`python -m recalld.bench`: the benchmark commands."""
+"""`python -m bench`: the benchmark commands."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from recalld.bench import common
+from bench import common
 
 RESULTS = Path("bench-results")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -49,7 +49,7 @@ def _emit(
 
 
 def _plot(report: dict[str, Any], out: Path) -> None:
-    from recalld.bench import plot
+    from bench import plot
 
     try:
         plot.plot_report(report, out)
@@ -178,7 +178,7 @@ def beir(
     Each mode's per-query NDCG@10, Recall@10 and MRR@10 are compared with bm25's and vector's
     by a paired randomization test (10,000 sign flips); the p-values are in the report.
     """
-    from recalld.bench import beir as beir_bench
+    from bench import beir as beir_bench
 
     report = asyncio.run(
         beir_bench.run(
@@ -255,7 +255,7 @@ def locomo(
     mode's per-question figures are compared with bm25's and vector's by a paired
     randomization test (10,000 sign flips); the p-values are in the report.
     """
-    from recalld.bench import locomo as locomo_bench
+    from bench import locomo as locomo_bench
 
     report = asyncio.run(
         locomo_bench.run(
@@ -294,7 +294,7 @@ def locomo(
 
 def _variants(specs: tuple[str, ...], only: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     """The built-in variants (or those named by --only) plus `name:key=value,...` ones."""
-    from recalld.bench.ablation import VARIANTS
+    from bench.ablation import VARIANTS
 
     unknown = [n for n in only if n not in VARIANTS]
     if unknown:
@@ -370,7 +370,7 @@ def ablation(
     as_json: bool,
 ) -> None:
     """Baseline against each re-rank factor alone: NDCG@10 on BEIR, Recall@5 on LoCoMo."""
-    from recalld.bench import ablation as ablation_bench
+    from bench import ablation as ablation_bench
 
     if beir_folder is None and locomo_file is None:
         raise click.UsageError("give --beir FOLDER, --locomo FILE or both")
@@ -460,7 +460,7 @@ def scale(
     plot: bool,
 ) -> None:
     """Vector and full-search latency, Recall@10, size and RSS on synthetic stores."""
-    from recalld.bench import scale as scale_bench
+    from bench import scale as scale_bench
 
     workdir = _workdir(store_dir)
     settings = common.bench_settings(workdir, _overrides(sets))
@@ -527,7 +527,7 @@ def ingest(
     """Pipeline throughput (files to searchable) beside the embedding model alone."""
     import shutil
 
-    from recalld.bench import ingest as ingest_bench
+    from bench import ingest as ingest_bench
 
     workdir = _workdir(store_dir)
     data = workdir / "data"
@@ -574,7 +574,7 @@ def reindex(
     as_json: bool,
 ) -> None:
     """Online reindex throughput, and search latency before and during it (same run)."""
-    from recalld.bench import reindex as reindex_bench
+    from bench import reindex as reindex_bench
 
     workdir = _workdir(None)
     report = asyncio.run(reindex_bench.run(data, workdir, source, target, docs, _overrides(sets)))
@@ -662,7 +662,7 @@ def perf(
 ) -> None:
     """Search p50/p95 beside vstash (same folder, queries and run, blocks alternating):
     in-process, over the socket and as a whole CLI process; stage timings, RSS, NDCG@10."""
-    from recalld.bench import perf as perf_bench
+    from bench import perf as perf_bench
 
     workdir = _workdir(store_dir)
     the_peer = None
@@ -714,7 +714,7 @@ def perf(
 @REPORT_OPTIONS
 def links(folder: Path, rounds: int, sets: tuple[str, ...], results: Path, as_json: bool) -> None:
     """Ingest time with auto links on and off, in one process (issue 8)."""
-    from recalld.bench import links as links_bench
+    from bench import links as links_bench
 
     report = asyncio.run(links_bench.run(folder, _overrides(sets), rounds))
     header = ["links", "seconds", "chunks/s", "links made"]
@@ -738,7 +738,7 @@ def links(folder: Path, rounds: int, sets: tuple[str, ...], results: Path, as_js
 def compare(first: Path, second: Path, modes: tuple[str, ...], as_json: bool) -> None:
     """Paired randomization tests between two reports of the same queries (e.g. LoCoMo at
     round and at window granularity): each mode of SECOND against the same mode of FIRST."""
-    from recalld.bench import metrics
+    from bench import metrics
 
     a, b = (json.loads(p.read_text("utf-8")).get("per_query") for p in (first, second))
     if not a or not b:
@@ -814,7 +814,7 @@ def tune_bench(
 ) -> None:
     """NDCG@10 of vector and full before and after `recalld tune`, tuned on the corpus alone
     (no queries, no qrels), with paired randomization p-values (needs the `tune` extra)."""
-    from recalld.bench import tune as tune_bench_module
+    from bench import tune as tune_bench_module
     from recalld.tune import run as tune_run
 
     options = tune_run.with_budget(

@@ -46,6 +46,17 @@ def load_model(settings: Settings) -> Embedder:
     )
 
 
+def forget_query_vectors(memory: AsyncMemory) -> None:
+    """Make the next searches embed their queries afresh, so every mode pays for its own query
+    embeddings (a cache warmed by the mode before would make the later modes look faster).
+
+    Re-adopting the searcher's own model does it: a model change drops the cached query vectors
+    and changes nothing else, so recalld needs no method of its own for the benchmarks.
+    """
+    searcher = memory.searcher
+    searcher.use_model(searcher.embedder, searcher.calibration)
+
+
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
     versions: dict[str, str | None] = {}

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import metrics
+from bench.common import MODES, bench_settings, forget_query_vectors, load_model
 from recalld.api import AsyncMemory
-from recalld.bench import metrics
-from recalld.bench.common import MODES, bench_settings, load_model
 
 SOURCE_PREFIX = "beir:"
 
@@ -74,9 +74,7 @@ async def evaluate(
     """
     ndcg, r10, r100, mrr, latency = [], [], [], [], []
     options = {**MODES[mode], **(overrides or {})}
-    # Every mode pays for its own query embeddings: a cache warmed by the mode before would
-    # make the later modes look faster than they are.
-    memory.searcher.clear_query_cache()
+    forget_query_vectors(memory)
     for qid, judged in qrels.items():
         started = time.perf_counter()
         result = await memory.searcher.search(queries[qid], limit=100, candidates=100, **options)

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.common import bench_settings
 from recalld.api import AsyncMemory
-from recalld.bench.common import bench_settings
 from recalld.embeddings.base import load_embedder
 
 

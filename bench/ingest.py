@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.common import bench_settings, load_model
 from recalld.api import AsyncMemory
-from recalld.bench.common import bench_settings, load_model
 from recalld.chunkers import ChunkOptions, chunk_file
 from recalld.embeddings.base import Embedder
 from recalld.errors import RecalldError

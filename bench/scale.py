@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recalld.bench import metrics
+from bench import metrics
 from recalld.storage import readers, writer
 from recalld.storage.store import Store
 from recalld.types import NO_FILTERS, ChunkDraft, Filters
@@ -403,7 +403,7 @@ def embed_timing(count: int, settings: Any) -> dict[str, Any] | None:
     """The real model's time to embed one query, on `count` short queries (None: skipped)."""
     if count <= 0:
         return None
-    from recalld.bench.common import load_model
+    from bench.common import load_model
 
     model = load_model(settings)
     texts, _ = queries(make_corpus(1000, 8), count, seed=3)
@@ -419,7 +419,7 @@ def embed_timing(count: int, settings: Any) -> dict[str, Any] | None:
 def _postgres_size(
     url: str, index: str, chunks: int, dimension: int, count: int, keep: bool
 ) -> dict[str, Any]:
-    from recalld.bench import scale_pg
+    from bench import scale_pg
 
     context = multiprocessing.get_context("spawn")
     with context.Pool(1) as pool:
