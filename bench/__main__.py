@@ -5,26 +5,27 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
 from bench import common
-
-RESULTS = Path("bench-results")
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _overrides(pairs: tuple[str, ...]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise click.BadParameter(f"expected key=value, got {pair!r}")
-        out[key] = value
-    return out
+from bench.options import (
+    CALIBRATE_OPTION,
+    CORPUS_LIMIT_OPTION,
+    MODE_OPTION,
+    PLOT_OPTION,
+    REPORT_OPTIONS,
+    SPLIT_OPTION,
+    VARIANT_OPTION,
+    limit_queries_option,
+    overrides,
+    parse_sizes,
+    parse_variants,
+    store_dir_option,
+    workdir_for,
+)
 
 
 def _emit(
@@ -59,70 +60,12 @@ def _plot(report: dict[str, Any], out: Path) -> None:
     click.echo(f"plot: {out}", err=True)
 
 
-PLOT_OPTION = click.option(
-    "--plot", is_flag=True, help="Also write a PNG beside the JSON report (needs matplotlib)."
-)
-
-
-def _parse_variants(specs: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-    """`name:key=value,...` specs as {name: search overrides} (values JSON where they parse)."""
-    out: dict[str, dict[str, Any]] = {}
-    for spec in specs:
-        name, sep, body = spec.partition(":")
-        if not sep or not name:
-            raise click.BadParameter(f"expected name:key=value,..., got {spec!r}")
-        settings: dict[str, Any] = {}
-        for pair in filter(None, body.split(",")):
-            key, eq, raw = pair.partition("=")
-            if not eq:
-                raise click.BadParameter(f"expected key=value in {spec!r}, got {pair!r}")
-            try:
-                settings[key.strip()] = json.loads(raw)
-            except json.JSONDecodeError:
-                settings[key.strip()] = raw
-        out[name] = settings
-    return out
-
-
-CALIBRATE_OPTION = click.option(
-    "--calibrate",
-    is_flag=True,
-    help="Let each store calibrate its fusion first (timed) and add the mode `calibrated`.",
-)
-VARIANT_OPTION = click.option(
-    "--variant",
-    "specs",
-    multiple=True,
-    metavar="NAME:KEY=VALUE,...",
-    help="An extra mode: the defaults with some search settings changed, e.g. "
-    "'rrf:fusion=rrf'. Compared with bm25 and vector like every mode.",
-)
-
-
 def _significance_rows(report: dict[str, Any]) -> None:
     """Print each mode's difference from bm25 and vector with its randomization-test p."""
     for mode, against in report["significance"].items():
         for base, figures in against.items():
             parts = [f"{m} {f['delta']:+.4f} (p={f['p']})" for m, f in figures.items()]
             click.echo(f"{mode} {base}: " + ", ".join(parts))
-
-
-def REPORT_OPTIONS(command: F) -> F:
-    """The options every benchmark shares: `--set`, `--results`, `--json`."""
-    command = click.option("--json", "as_json", is_flag=True)(command)
-    command = click.option(
-        "--results", type=click.Path(path_type=Path), default=RESULTS, show_default=True
-    )(command)
-    return click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any setting.")(
-        command
-    )
-
-
-def _workdir(store_dir: Path | None) -> Path:
-    if store_dir is not None:
-        store_dir.mkdir(parents=True, exist_ok=True)
-        return store_dir
-    return Path(tempfile.mkdtemp(prefix="recalld-bench-"))
 
 
 @click.group()
@@ -132,29 +75,13 @@ def main() -> None:
 
 @main.command()
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--split", default="train", show_default=True)
-@click.option(
-    "--mode",
-    "modes",
-    multiple=True,
-    type=click.Choice(list(common.MODES)),
-    default=list(common.MODES),
-    show_default=True,
+@SPLIT_OPTION
+@MODE_OPTION
+@limit_queries_option()
+@store_dir_option(
+    "Keep the store here and reuse it on the next run (unchanged documents are skipped by hash)."
 )
-@click.option("--limit-queries", type=int, default=None)
-@click.option(
-    "--store-dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Keep the store here and reuse it on the next run (unchanged documents "
-    "are skipped by hash).",
-)
-@click.option(
-    "--corpus-limit",
-    type=click.IntRange(1),
-    default=None,
-    help="Only the first N documents, and the queries whose judged documents are all in them.",
-)
+@CORPUS_LIMIT_OPTION
 @VARIANT_OPTION
 @CALIBRATE_OPTION
 @REPORT_OPTIONS
@@ -186,9 +113,9 @@ def beir(
             split,
             list(modes),
             limit_queries,
-            _workdir(store_dir),
-            _overrides(sets),
-            _parse_variants(specs),
+            workdir_for(store_dir),
+            overrides(sets),
+            parse_variants(specs),
             calibrate,
             corpus_limit,
         )
@@ -219,20 +146,8 @@ def beir(
     default="all",
     show_default=True,
 )
-@click.option(
-    "--mode",
-    "modes",
-    multiple=True,
-    type=click.Choice(list(common.MODES)),
-    default=list(common.MODES),
-    show_default=True,
-)
-@click.option(
-    "--store-dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Keep each conversation's store here and reuse it on the next run.",
-)
+@MODE_OPTION
+@store_dir_option("Keep each conversation's store here and reuse it on the next run.")
 @VARIANT_OPTION
 @CALIBRATE_OPTION
 @REPORT_OPTIONS
@@ -262,9 +177,9 @@ def locomo(
             file,
             granularity,
             list(modes),
-            _overrides(sets),
+            overrides(sets),
             store_dir,
-            variants=_parse_variants(specs),
+            variants=parse_variants(specs),
             calibrate=calibrate,
         )
     )
@@ -300,7 +215,7 @@ def _variants(specs: tuple[str, ...], only: tuple[str, ...]) -> dict[str, dict[s
     if unknown:
         raise click.BadParameter(f"no built-in variant {unknown[0]!r}; see --help")
     out = {n: v for n, v in VARIANTS.items() if not only or n in only or n == "baseline"}
-    out.update(_parse_variants(specs))
+    out.update(parse_variants(specs))
     return out
 
 
@@ -347,13 +262,8 @@ def _variants(specs: tuple[str, ...], only: tuple[str, ...]) -> dict[str, dict[s
     show_default=True,
     help="Back-date every chunk's creation this far before the history queries.",
 )
-@click.option("--limit-queries", type=int, default=None, help="BEIR: only the first N queries.")
-@click.option(
-    "--store-dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Keep the stores here (beir/, locomo/) and reuse them on the next run.",
-)
+@limit_queries_option("BEIR: only the first N queries.")
+@store_dir_option("Keep the stores here (beir/, locomo/) and reuse them on the next run.")
 @REPORT_OPTIONS
 def ablation(
     beir_folder: Path | None,
@@ -378,8 +288,8 @@ def ablation(
         ablation_bench.run(
             beir_folder,
             locomo_file,
-            _workdir(store_dir),
-            _overrides(sets),
+            workdir_for(store_dir),
+            overrides(sets),
             _variants(specs, only),
             history,
             history_k,
@@ -389,16 +299,6 @@ def ablation(
     )
     header, rows = ablation_bench.table(report)
     _emit("ablation", report, as_json, results, rows, header)
-
-
-def _sizes(value: str) -> list[int]:
-    try:
-        sizes = [int(v.replace("_", "")) for v in value.split(",") if v.strip()]
-    except ValueError as exc:
-        raise click.BadParameter(f"expected sizes like 10000,100000, got {value!r}") from exc
-    if not sizes or min(sizes) < 1:
-        raise click.BadParameter("give at least one positive size")
-    return sizes
 
 
 @main.command()
@@ -424,12 +324,7 @@ def _sizes(value: str) -> list[int]:
     default=None,
     help="Use the cascade from this many chunks (default: storage.vectors.Tuning's 20000).",
 )
-@click.option(
-    "--store-dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Keep the synthetic stores here and reuse them on the next run.",
-)
+@store_dir_option("Keep the synthetic stores here and reuse them on the next run.")
 @click.option(
     "--store",
     "pg_url",
@@ -462,10 +357,10 @@ def scale(
     """Vector and full-search latency, Recall@10, size and RSS on synthetic stores."""
     from bench import scale as scale_bench
 
-    workdir = _workdir(store_dir)
-    settings = common.bench_settings(workdir, _overrides(sets))
+    workdir = workdir_for(store_dir)
+    settings = common.bench_settings(workdir, overrides(sets))
     report = scale_bench.run(
-        _sizes(sizes),
+        parse_sizes(sizes),
         dimension,
         queries,
         workdir,
@@ -514,12 +409,7 @@ def scale(
 
 @main.command()
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option(
-    "--store-dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Where to put the store (emptied first: ingest is timed from scratch).",
-)
+@store_dir_option("Where to put the store (emptied first: ingest is timed from scratch).")
 @REPORT_OPTIONS
 def ingest(
     folder: Path, store_dir: Path | None, sets: tuple[str, ...], results: Path, as_json: bool
@@ -529,11 +419,11 @@ def ingest(
 
     from bench import ingest as ingest_bench
 
-    workdir = _workdir(store_dir)
+    workdir = workdir_for(store_dir)
     data = workdir / "data"
     if data.exists():
         shutil.rmtree(data)
-    report = asyncio.run(ingest_bench.run(folder, workdir, _overrides(sets)))
+    report = asyncio.run(ingest_bench.run(folder, workdir, overrides(sets)))
     header = ["run", "seconds", "chunks/s", "MB/s"]
     rows = [
         [
@@ -576,8 +466,8 @@ def reindex(
     """Online reindex throughput, and search latency before and during it (same run)."""
     from bench import reindex as reindex_bench
 
-    workdir = _workdir(None)
-    report = asyncio.run(reindex_bench.run(data, workdir, source, target, docs, _overrides(sets)))
+    workdir = workdir_for(None)
+    report = asyncio.run(reindex_bench.run(data, workdir, source, target, docs, overrides(sets)))
     header = ["phase", "searches", "errors", "p50 ms", "p95 ms"]
     rows = [
         [
@@ -612,7 +502,7 @@ def reindex(
     show_default=True,
     help="A BEIR folder; its documents become one file each.",
 )
-@click.option("--split", default="train", show_default=True)
+@SPLIT_OPTION
 @click.option("--limit", type=click.IntRange(1), default=None, help="Only the first N queries.")
 @click.option(
     "--docs",
@@ -638,12 +528,7 @@ def reindex(
     show_default=True,
 )
 @click.option("--no-peer", is_flag=True, help="Time recalld alone.")
-@click.option(
-    "--store-dir",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Keep both stores here and reuse them on the next run (same --limit/--docs).",
-)
+@store_dir_option("Keep both stores here and reuse them on the next run (same --limit/--docs).")
 @REPORT_OPTIONS
 def perf(
     data: Path,
@@ -664,7 +549,7 @@ def perf(
     in-process, over the socket and as a whole CLI process; stage timings, RSS, NDCG@10."""
     from bench import perf as perf_bench
 
-    workdir = _workdir(store_dir)
+    workdir = workdir_for(store_dir)
     the_peer = None
     if not no_peer:
         python = peer / "bin" / "python"
@@ -677,7 +562,7 @@ def perf(
         the_peer = perf_bench.Peer(peer_driver.resolve(), python, workdir)
     report = asyncio.run(
         perf_bench.run(
-            data, split, limit, docs, blocks, cli_runs, the_peer, workdir, _overrides(sets)
+            data, split, limit, docs, blocks, cli_runs, the_peer, workdir, overrides(sets)
         )
     )
     header = ["system", "p50 ms", "p95 ms", "ratio p50", "per-query ratio"]
@@ -716,7 +601,7 @@ def links(folder: Path, rounds: int, sets: tuple[str, ...], results: Path, as_js
     """Ingest time with auto links on and off, in one process (issue 8)."""
     from bench import links as links_bench
 
-    report = asyncio.run(links_bench.run(folder, _overrides(sets), rounds))
+    report = asyncio.run(links_bench.run(folder, overrides(sets), rounds))
     header = ["links", "seconds", "chunks/s", "links made"]
     rows = [
         [label, report[key]["seconds"], report[key]["chunks_per_s"], report[key]["links"]]
@@ -784,19 +669,14 @@ def plot_command(reports: tuple[Path, ...]) -> None:
     type=click.Path(exists=True, file_okay=False, path_type=Path),
     help="A BEIR folder: its corpus is tuned on, its split's queries judge.",
 )
-@click.option("--split", default="train", show_default=True)
-@click.option("--limit-queries", type=int, default=None)
-@click.option("--store-dir", type=click.Path(path_type=Path), default=None)
+@SPLIT_OPTION
+@limit_queries_option()
+@store_dir_option()
 @click.option("--max-steps", type=click.IntRange(min=0), default=200, show_default=True)
 @click.option("--max-seconds", type=click.FloatRange(min=0), default=900, show_default=True)
 @click.option("--pseudo-queries", type=click.IntRange(min=10), default=2000, show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option(
-    "--corpus-limit",
-    type=click.IntRange(1),
-    default=None,
-    help="Only the first N documents, and the queries whose judged documents are all in them.",
-)
+@CORPUS_LIMIT_OPTION
 @REPORT_OPTIONS
 def tune_bench(
     folder: Path,
@@ -828,8 +708,8 @@ def tune_bench(
             folder,
             split,
             limit_queries,
-            _workdir(store_dir),
-            _overrides(sets),
+            workdir_for(store_dir),
+            overrides(sets),
             options,
             corpus_limit,
         )
