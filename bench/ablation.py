@@ -26,7 +26,6 @@ import sys
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from bench import beir, locomo
 from bench.common import bench_settings, load_model
 from recalld.api import AsyncMemory
 from recalld.embeddings.base import Embedder
-from recalld.storage import writer
+from recalld.storage.contract import Writer
 from recalld.storage.store import Store
 
 # MemX's published weights (Table 1), one factor at a time.
@@ -69,7 +68,7 @@ async def reset_usage(store: Store, *, created_at: float | None = None) -> None:
     connection: only the benchmark needs it, so recalld has no operation for it.
     """
 
-    async def reset(conn: Any) -> None:
+    async def reset(conn: Writer) -> None:
         await conn.execute(_RESET_USAGE, (created_at,))
 
     await store.write(reset)
@@ -89,7 +88,11 @@ async def simulate_use(
         result = await memory.searcher.search(query, limit=k, **search)
         ids = [h.chunk.id for h in result.hits]
         if ids:
-            await memory.store.write(partial(writer.count_use, chunk_ids=ids, retrieval=True))
+
+            async def count(w: Writer, ids: list[int] = ids) -> None:
+                await w.count_use(ids, retrieval=True)
+
+            await memory.store.write(count)
             counted += len(ids)
     return counted
 

@@ -4,11 +4,11 @@ No model is needed: chunk texts are drawn from a Zipf vocabulary with per-topic 
 FTS5 has real posting lists to merge), and vectors from a topic / subtopic mixture calibrated
 on all-MiniLM-L6-v2's SciFact vectors (mean cosine of random pairs ~0.12, query to 10th
 neighbour ~0.5, and the same Hamming / asymmetric recall at 80 candidates out of 9k). Chunks
-go in through `writer.replace_document`, 25 per document and 2,000 per transaction, while a
+go in through `Writer.replace_document`, 25 per document and 2,000 per transaction, while a
 worker thread draws the next batch.
 
 Each size runs in its own process, so its RSS is its own. Latency is measured on the vector
-route (`readers.knn`, query embedding excluded), on sqlite-vec's exact KNN (the baseline and
+route (`Reader.knn`, query embedding excluded), on sqlite-vec's exact KNN (the baseline and
 the ground truth for Recall@10), on a kind-filtered vector query, and on the full search
 pipeline (`Searcher.search`, hybrid with every default stage) with precomputed query
 vectors. The real model's query-embedding time is measured once, apart.
@@ -29,7 +29,8 @@ import numpy as np
 import numpy.typing as npt
 
 from bench import metrics
-from recalld.storage import readers, writer
+from recalld.storage import writer
+from recalld.storage.contract import Writer
 from recalld.storage.store import Store
 from recalld.types import NO_FILTERS, ChunkDraft, Filters
 
@@ -232,9 +233,9 @@ async def build(path: Path | str, corpus: Corpus, chunks: int, vector_index: str
             docs = _documents(doc, batch)
             doc += len(docs)
 
-            async def write(conn: Any, docs: list[Any] = docs) -> None:
+            async def write(conn: Writer, docs: list[Any] = docs) -> None:
                 for row, new in docs:
-                    await writer.replace_document(conn, row, new)
+                    await conn.replace_document(row, new)
 
             await store.write(write)
             written += len(batch[0])
@@ -280,7 +281,7 @@ async def _knn_timed(
     store: Store, vector: npt.NDArray[np.float32], k: int, filters: Filters
 ) -> tuple[list[int], float]:
     started = time.perf_counter()
-    hits = await store.read(lambda c: readers.knn(c, vector, k, filters))
+    hits = await store.read(lambda c: c.knn(vector, k, filters))
     return [cid for cid, _ in hits], (time.perf_counter() - started) * 1000
 
 
@@ -304,7 +305,7 @@ async def measure(
         store.vectors.tuning = dataclasses.replace(store.vectors.tuning, exact_below=exact_below)
     try:
         started = time.perf_counter()
-        async with store.reading() as conn:
+        async with store.reading_conn() as conn:
             await store.vectors.ensure_loaded(conn)
         load_s = time.perf_counter() - started
         approximate = store.vectors.use_for((), ())

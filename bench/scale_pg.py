@@ -2,7 +2,7 @@
 
 The same synthetic corpus and queries as `bench.scale` go into one database per size
 (`recalld_scale_<chunks>_<dim>` on the server the URL names; created, or reused with
-`--store-dir`). The vector route is `readers.knn` (pgvector HNSW, or a full scan when the
+`--store-dir`). The vector route is `Reader.knn` (pgvector HNSW, or a full scan when the
 store was built with `vector_index = "exact"`), its ground truth a full scan that never
 touches the index; the full and keyword-only search pipelines run through `Searcher` as on
 SQLite. RSS is the server's business here and is not reported; size is `pg_database_size`.
@@ -20,7 +20,6 @@ import numpy.typing as npt
 
 from bench import metrics
 from bench.scale import PrecomputedEmbedder, build, make_corpus, queries
-from recalld.storage import readers
 from recalld.storage.store import Store
 from recalld.types import NO_FILTERS, Filters
 
@@ -73,6 +72,22 @@ def _latency(samples: list[float]) -> dict[str, float]:
     return {f"p{p}_ms": round(metrics.percentile(samples, p), 2) for p in (50, 95, 99)}
 
 
+async def _knn(
+    reader: Any, vector: npt.NDArray[np.float32], k: int, filters: Filters
+) -> list[tuple[int, float]]:
+    result: list[tuple[int, float]] = await reader.knn(vector, k, filters)
+    return result
+
+
+async def _exact_knn(
+    reader: Any, vector: npt.NDArray[np.float32], k: int, filters: Filters
+) -> list[tuple[int, float]]:
+    # A PostgreSQL reader (`PgReader`): the exact scan is this backend's own, not the contract's.
+    from recalld.storage.pg import readers as pg_readers
+
+    return await pg_readers.exact_knn(reader.conn, vector, k, filters)
+
+
 async def _timed(
     store: Store, fn: Any, vector: npt.NDArray[np.float32], filters: Filters
 ) -> tuple[list[int], float]:
@@ -86,7 +101,6 @@ async def measure(url: str, chunks: int, dimension: int, count: int) -> dict[str
     from recalld.api import calibrate
     from recalld.config import SearchSettings
     from recalld.retrieval.search import Searcher
-    from recalld.storage.pg import readers as pg_readers
 
     corpus = make_corpus(chunks, dimension)
     texts, vectors = queries(corpus, 2 * count)
@@ -95,7 +109,7 @@ async def measure(url: str, chunks: int, dimension: int, count: int) -> dict[str
     store = await Store.open(location, model_id=f"synthetic-{dimension}", dimension=dimension)
     try:
         sizes = await store.read(
-            lambda c: c.fetch(
+            lambda c: c.fetchall(
                 "SELECT pg_database_size(current_database()), "
                 "coalesce(pg_relation_size(to_regclass('chunks_vec_hnsw')), 0), "
                 "(SELECT value FROM meta WHERE key = 'vector_index')"
@@ -103,20 +117,20 @@ async def measure(url: str, chunks: int, dimension: int, count: int) -> dict[str
         )
         disk, index_bytes, index = sizes[0]
         only_rounds = Filters(granularities=("round",))
-        cold = [(await _timed(store, readers.knn, v, NO_FILTERS))[1] for v in cold_vectors]
+        cold = [(await _timed(store, _knn, v, NO_FILTERS))[1] for v in cold_vectors]
         routes: dict[str, list[float]] = {"vector": [], "exact": [], "vector_filtered": []}
         found, exact, found_f, exact_f = [], [], [], []
         for vector in vectors:
-            ids, ms = await _timed(store, readers.knn, vector, NO_FILTERS)
+            ids, ms = await _timed(store, _knn, vector, NO_FILTERS)
             found.append(ids)
             routes["vector"].append(ms)
-            ids, ms = await _timed(store, readers.knn, vector, only_rounds)
+            ids, ms = await _timed(store, _knn, vector, only_rounds)
             found_f.append(ids)
             routes["vector_filtered"].append(ms)
-            ids, ms = await _timed(store, pg_readers.exact_knn, vector, NO_FILTERS)
+            ids, ms = await _timed(store, _exact_knn, vector, NO_FILTERS)
             exact.append(ids)
             routes["exact"].append(ms)
-            ids, _ = await _timed(store, pg_readers.exact_knn, vector, only_rounds)
+            ids, _ = await _timed(store, _exact_knn, vector, only_rounds)
             exact_f.append(ids)
         recall = [len(set(a) & set(b)) / max(1, len(b)) for a, b in zip(found, exact, strict=True)]
         recall_f = [

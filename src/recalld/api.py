@@ -36,7 +36,7 @@ from recalld.ingest.reindex import Reindexer
 from recalld.ingest.supersede_llm import supersession_detector
 from recalld.retrieval import gate, selftune
 from recalld.retrieval.search import Searcher
-from recalld.storage import history, links, readers, writer
+from recalld.storage import history, links
 from recalld.storage.store import Store, stored_model
 from recalld.types import NO_FILTERS, Chunk, Filters, SearchResult
 
@@ -261,9 +261,7 @@ class AsyncMemory:
             # Counting must not make the search wait for an ingest holding the writer.
             ids = [h.chunk.id for h in result.hits]
             self._spawn(
-                self.store.write(
-                    lambda c: writer.count_use(c, ids, retrieval=True), counters_only=True
-                )
+                self.store.write(lambda c: c.count_use(ids, retrieval=True), counters_only=True)
             )
         return result
 
@@ -292,13 +290,11 @@ class AsyncMemory:
         Raises:
             NotFoundError: No chunk has this id.
         """
-        found = await self.store.read(lambda c: readers.chunks_by_id(c, [chunk_id]))
+        found = await self.store.read(lambda c: c.chunks_by_id([chunk_id]))
         if chunk_id not in found:
             raise NotFoundError(f"no chunk with id {chunk_id}", data={"id": chunk_id})
         self._spawn(
-            self.store.write(
-                lambda c: writer.count_use(c, [chunk_id], retrieval=False), counters_only=True
-            )
+            self.store.write(lambda c: c.count_use([chunk_id], retrieval=False), counters_only=True)
         )
         return found[chunk_id]
 
@@ -318,7 +314,7 @@ class AsyncMemory:
             NotFoundError: No chunk has this id.
         """
         await self._require(chunk_id)
-        return await self.store.read(lambda c: history.history_of(c, chunk_id))
+        return await self.store.read(lambda c: c.history_of(chunk_id))
 
     async def link(self, src: int, dst: int, relation: str, weight: float = 1.0) -> None:
         """Link two chunks (`src` <relation> `dst`); `supersedes` / `contradicts` set the
@@ -335,11 +331,11 @@ class AsyncMemory:
                 data={"relation": relation, "weight": weight},
             )
         await self._require(src, dst)
-        await self.store.write(lambda c: links.add(c, [(src, dst, relation, weight)]))
+        await self.store.write(lambda c: c.add_links([(src, dst, relation, weight)]))
 
     async def unlink(self, src: int, dst: int, relation: str | None = None) -> int:
         """Remove the links from `src` to `dst` (one relation, or all). Returns how many."""
-        return await self.store.write(lambda c: links.remove(c, src, dst, relation))
+        return await self.store.write(lambda c: c.remove_links(src, dst, relation))
 
     async def links(
         self, chunk_id: int, relation: str | None = None, direction: str = "both"
@@ -350,10 +346,10 @@ class AsyncMemory:
             NotFoundError: No chunk has this id.
         """
         await self._require(chunk_id)
-        return await self.store.read(lambda c: links.of(c, chunk_id, relation, direction))
+        return await self.store.read(lambda c: c.links_of(chunk_id, relation, direction))
 
     async def _require(self, *chunk_ids: int) -> None:
-        found = await self.store.read(lambda c: readers.chunks_by_id(c, list(chunk_ids)))
+        found = await self.store.read(lambda c: c.chunks_by_id(list(chunk_ids)))
         for chunk_id in chunk_ids:
             if chunk_id not in found:
                 raise NotFoundError(f"no chunk with id {chunk_id}", data={"id": chunk_id})
@@ -411,7 +407,7 @@ class AsyncMemory:
 
     async def counts(self) -> dict[str, int]:
         """Documents, chunks, partial documents, errors and links in the store."""
-        return await self.store.read(readers.counts)
+        return await self.store.read(lambda r: r.counts())
 
     def _spawn(self, coro: Coroutine[Any, Any, object]) -> None:
         async def run() -> None:

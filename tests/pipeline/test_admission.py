@@ -18,7 +18,6 @@ from recalld.errors import ConfigError
 from recalld.ingest.admission import Admission, Matcher, Scope, denied
 from recalld.ingest.scheduler import Job, Scheduler
 from recalld.ingest.watcher import PathFilter, WatchedSource, walk
-from recalld.storage import readers
 
 
 @pytest.fixture
@@ -176,7 +175,7 @@ async def test_symlinks_are_followed_only_inside_the_watched_folders(tmp_path: P
 
 
 async def stored(memory: AsyncMemory, root: Path) -> list[str]:
-    docs = await memory.store.read(lambda c: readers.documents(c, str(root)))
+    docs = await memory.store.read(lambda c: c.documents(str(root)))
     return sorted(Path(d.source).relative_to(root).as_posix() for d in docs)
 
 

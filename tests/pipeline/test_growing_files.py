@@ -15,7 +15,6 @@ from recalld.errors import IngestError
 from recalld.ingest.pipeline import read_capped
 from recalld.ingest.scheduler import Job, Scheduler
 from recalld.ingest.watcher import PathFilter, WatchedSource
-from recalld.storage import readers
 from tests.helpers.postgres import VECTOR_INDEX
 
 LIMIT = 2**20
@@ -60,7 +59,7 @@ async def test_a_file_read_empty_then_grown_past_the_limit_is_only_an_error(
     huge.touch()
     report = await scheduler.process([Job(huge)])
     assert report.empty == 1
-    assert await memory.store.read(lambda c: readers.document_by_source(c, str(huge)))
+    assert await memory.store.read(lambda c: c.document_by_source(str(huge)))
 
     # Then the writer made it far larger than the limit (sparse: no disk used).
     with huge.open("r+b") as handle:
@@ -69,8 +68,8 @@ async def test_a_file_read_empty_then_grown_past_the_limit_is_only_an_error(
     report = await scheduler.process([Job(huge)])
     assert report.failed == 1
 
-    errors = await memory.store.read(readers.errors)
+    errors = await memory.store.read(lambda r: r.errors())
     assert [(e["source"], e["type"]) for e in errors] == [(str(huge), "IngestError")]
     assert "over the 1 MiB limit" in errors[0]["message"]
     # The empty version read while it was being written is not left behind.
-    assert await memory.store.read(lambda c: readers.document_by_source(c, str(huge))) is None
+    assert await memory.store.read(lambda c: c.document_by_source(str(huge))) is None

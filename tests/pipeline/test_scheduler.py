@@ -18,7 +18,6 @@ from recalld.errors import EmbeddingError
 from recalld.ingest import scheduler as scheduler_module
 from recalld.ingest.scheduler import Job, Scheduler
 from recalld.ingest.watcher import PathFilter, WatchedSource
-from recalld.storage import readers
 
 
 @pytest.fixture
@@ -62,7 +61,7 @@ class Harness:
         await asyncio.wait_for(self.scheduler.wait_idle(), 10)
 
     async def sources(self) -> list[str]:
-        docs = await self.memory.store.read(lambda c: readers.documents(c, str(self.root)))
+        docs = await self.memory.store.read(lambda c: c.documents(str(self.root)))
         return [d.source.removeprefix(f"{self.root}{os.sep}") for d in docs]
 
 
@@ -168,7 +167,7 @@ async def test_unexpected_failure_is_isolated(
         h.scheduler.notify(bad, False)
         await h.settle()
         assert h.scheduler.totals.ingested == 1 and h.scheduler.totals.failed == 1
-    errors = await memory.store.read(readers.errors)
+    errors = await memory.store.read(lambda r: r.errors())
     assert [(e["source"], e["type"]) for e in errors] == [(str(bad), "InternalError")]
 
 
@@ -258,9 +257,7 @@ async def test_embedding_failure_is_retried_until_the_file_is_stored(
         harness.scheduler.scan(folder)
         await harness.settle()
         for _ in range(100):
-            found = await memory.store.read(
-                lambda c: readers.document_by_source(c, str(folder / "a.md"))
-            )
+            found = await memory.store.read(lambda c: c.document_by_source(str(folder / "a.md")))
             if found is not None:
                 break
             await asyncio.sleep(0.05)

@@ -13,7 +13,6 @@ from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.ingest.scheduler import Job, Scheduler
 from recalld.ingest.watcher import PathFilter, WatchedSource
-from recalld.storage import readers
 
 
 @pytest.fixture
@@ -59,20 +58,20 @@ async def test_unsupported_files_are_skipped_once_and_never_errors(
     report = await scheduler.process(await run_scan(scheduler, root))
     assert report.skipped == 5 and report.ingested == 1 and report.failed == 1
     assert report.skipped_types == {".gz": 1, ".png": 1, ".so": 1, "binary": 1, ".sqlite": 1}
-    errors = await memory.store.read(readers.errors)
+    errors = await memory.store.read(lambda r: r.errors())
     assert [os.path.basename(e["source"]) for e in errors] == ["broken.md"]
-    assert await memory.store.read(readers.skipped_files) == {
+    assert await memory.store.read(lambda r: r.skipped_files()) == {
         ".gz": 1,
         ".png": 1,
         ".so": 1,
         "binary": 1,
         ".sqlite": 1,
     }
-    counts = await memory.store.read(readers.counts)
+    counts = await memory.store.read(lambda r: r.counts())
     assert counts["documents"] == 1  # the skipped files are counted apart
     prefix = f"{root}{os.sep}"
-    assert (await memory.store.read(lambda c: readers.skipped_files(c, prefix)))[".gz"] == 1
-    assert await memory.store.read(lambda c: readers.skipped_files(c, "/elsewhere/")) == {}
+    assert (await memory.store.read(lambda c: c.skipped_files(prefix)))[".gz"] == 1
+    assert await memory.store.read(lambda c: c.skipped_files("/elsewhere/")) == {}
 
     # The next scan (a restart) tries none of them again; only the failed file is queued.
     again = await run_scan(scheduler, root)
@@ -86,7 +85,7 @@ async def test_unsupported_files_are_skipped_once_and_never_errors(
     assert [j.path.name for j in await run_scan(scheduler, root)] == ["archive.gz", "broken.md"]
     (root / "photo.png").unlink()
     await scheduler.process(await run_scan(scheduler, root))
-    assert ".png" not in await memory.store.read(readers.skipped_files)
+    assert ".png" not in await memory.store.read(lambda r: r.skipped_files())
 
     # `ingest` of the folder: only skipped trouble besides the broken file, and a named
     # unsupported file is skipped too, not refused or failed.
@@ -111,4 +110,4 @@ async def test_api_add_file_reports_skipped(memory: AsyncMemory, tmp_path: Path)
     path.write_bytes(b"PK\x03\x04" + os.urandom(100))
     report = await memory.add_file(path)
     assert report.status == "skipped" and report.skipped_type == ".whl" and report.chunks == 0
-    assert await memory.store.read(readers.errors) == []
+    assert await memory.store.read(lambda r: r.errors()) == []

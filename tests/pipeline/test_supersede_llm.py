@@ -13,7 +13,6 @@ from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.embeddings.base import HashEmbedder
 from recalld.ingest import autolink
-from recalld.storage import links, readers
 from tests.helpers.fake_openai import FakeOpenAI, Reply
 
 
@@ -29,7 +28,7 @@ def settings_for(home: Path, base_url: str):
 
 
 async def supersedes_of(memory: AsyncMemory, chunk_id: int) -> list[int]:
-    found = await memory.store.read(lambda c: links.of(c, chunk_id, "supersedes", "out"))
+    found = await memory.store.read(lambda c: c.links_of(chunk_id, "supersedes", "out"))
     return [x["dst"] for x in found]
 
 
@@ -73,7 +72,7 @@ async def test_endpoint_failure_falls_back_to_the_rule(
 async def _chunk_id(memory: AsyncMemory, document_id: int | None) -> int:
     assert document_id is not None
 
-    [chunk] = await memory.store.read(lambda c: readers.neighbours(c, document_id, 0, 0))
+    [chunk] = await memory.store.read(lambda c: c.neighbours(document_id, 0, 0))
     return chunk.id
 
 
@@ -90,7 +89,7 @@ async def test_unfiltered_knn_fallback_still_finds_links(
         memory.ingestor.linker._unfiltered = True
         second = await memory.remember("The otter sleeps in the reeds by the river!")
         ids = [await _chunk_id(memory, r.document_id) for r in (first, second)]
-        found = await memory.store.read(lambda c: links.of(c, ids[1], "similar", "out"))
+        found = await memory.store.read(lambda c: c.links_of(ids[1], "similar", "out"))
         # Only the memory: the document chunk is as similar but of another granularity.
         assert [x["dst"] for x in found] == [ids[0]]
 
@@ -109,6 +108,6 @@ async def test_large_store_knn_path_finds_the_same_links(
             reports = [await memory.remember(t) for t in texts]
             ids = [await _chunk_id(memory, r.document_id) for r in reports]
             newest = ids[1]
-            out = await memory.store.read(lambda c, n=newest: links.of(c, n, "similar", "out"))
+            out = await memory.store.read(lambda c, n=newest: c.links_of(n, "similar", "out"))
             found.append([(x["dst"] == ids[0], x["weight"]) for x in out])
     assert found[0] == found[1] and found[0][0][0] is True

@@ -184,9 +184,8 @@ async def outcomes(running: Running) -> tuple[dict[str, dict[str, Any]], list[di
     assert running.server.memory is not None
     async with running.client() as client:
         errors = await client.errors(limit=1000)
-    from recalld.storage import readers
 
-    docs = await running.server.memory.store.read(lambda c: readers.documents(c, "/", 1000))
+    docs = await running.server.memory.store.read(lambda c: c.documents("/", 1000))
     return {d.source: {"state": d.state, "chunks": d.chunk_count} for d in docs}, errors
 
 

@@ -8,7 +8,6 @@ import pytest
 from bench.locomo import evidence_ids
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
-from recalld.storage import readers
 from recalld.types import Filters
 
 LOCOMO_DEV = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo" / "locomo_dev.json"
@@ -25,7 +24,7 @@ async def test_locomo_dev_keeps_granularities_and_dia_ids(tmp_path: Path):
         report = await memory.add_file(LOCOMO_DEV)
         assert report.status == "ingested" and report.chunks > 1000
         rows = await memory.store.read(
-            lambda c: readers.fetchall(c, "SELECT granularity, meta, parent_id FROM chunks")
+            lambda c: c.fetchall("SELECT granularity, meta, parent_id FROM chunks")
         )
         by_granularity: dict[str, int] = {}
         covered: set[str] = set()
@@ -81,6 +80,6 @@ async def test_turn_windows_are_searchable_units_with_their_round_as_parent(tmp_
         best = result.hits[0].chunk
         # The question (D1:2) and its answer (D1:3) come back as one unit.
         assert best.granularity == "window" and best.meta["dia_ids"] == ["D1:2", "D1:3"]
-        parent = await memory.store.read(lambda c: readers.chunks_by_id(c, [best.parent_id]))
+        parent = await memory.store.read(lambda c: c.chunks_by_id([best.parent_id]))
         assert parent[best.parent_id].granularity == "round"
         assert parent[best.parent_id].meta["dia_ids"] == ["D1:3", "D1:4"]

@@ -9,7 +9,6 @@ import pytest
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.retrieval import selftune
-from recalld.storage import readers
 
 TOPICS = {
     "volcano": "lava magma eruption crater ash basalt caldera vent plume tephra",
@@ -77,7 +76,7 @@ async def test_calibration_is_deterministic_recorded_and_used(memory: AsyncMemor
 
     # Recorded in the store, read back by the next process that opens it.
     tuning = await memory.calibrate()
-    raw = await memory.store.read(lambda c: readers.meta_value(c, selftune.META_KEY))
+    raw = await memory.store.read(lambda c: c.meta_value(selftune.META_KEY))
     assert json.loads(raw)["kinds"]["text"]["family"] == tuning.kinds["text"].family
     async with await AsyncMemory.open(memory.settings, embedder=memory.embedder) as reopened:
         assert reopened.searcher.tuning is not None

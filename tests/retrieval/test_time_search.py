@@ -12,7 +12,6 @@ import pytest
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.errors import QueryError
-from recalld.storage import readers
 from recalld.types import Filters
 from tests.helpers.postgres import VECTOR_INDEX
 
@@ -181,8 +180,7 @@ async def test_every_chunk_gets_an_event_time(memory: AsyncMemory, tmp_path: Pat
 
     async def times(source: str) -> set[float]:
         rows = await memory.store.read(
-            lambda c: readers.fetchall(
-                c,
+            lambda c: c.fetchall(
                 "SELECT c.event_time FROM chunks c JOIN documents d ON d.id = c.document_id "
                 "WHERE d.source = ?",
                 (source,),
@@ -195,6 +193,6 @@ async def test_every_chunk_gets_an_event_time(memory: AsyncMemory, tmp_path: Pat
     [inline] = await times("inline")
     assert before - 1 <= inline <= after + 1  # no file: the ingest time
     rows = await memory.store.read(
-        lambda c: readers.fetchall(c, "SELECT count(*) FROM chunks WHERE event_time IS NULL")
+        lambda c: c.fetchall("SELECT count(*) FROM chunks WHERE event_time IS NULL")
     )
     assert rows[0][0] == 0

@@ -41,4 +41,4 @@ def new_chunks(texts: list[str], **kw) -> list[writer.NewChunk]:
 async def put(store: Store, source: str, texts: list[str], digest: str = "h", **kw) -> int:
     doc = writer.NewDocument(source, "text", "markdown", digest)
     chunks = new_chunks(texts, **kw)
-    return await store.write(lambda c: writer.replace_document(c, doc, chunks))
+    return await store.write(lambda c: c.replace_document(doc, chunks))

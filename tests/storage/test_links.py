@@ -10,7 +10,7 @@ import pytest
 
 from recalld.embeddings.base import HashEmbedder
 from recalld.errors import IngestError, NotFoundError
-from recalld.storage import history, links, readers, schema, writer
+from recalld.storage import history, links, schema, writer
 from recalld.storage.connection import connect
 from recalld.storage.store import Store
 from recalld.types import ChunkDraft, Filters
@@ -18,14 +18,14 @@ from tests.storage.conftest import EMBEDDER, put
 
 
 async def ids_of(store: Store, source: str) -> list[int]:
-    doc = await store.read(lambda c: readers.document_by_source(c, source))
+    doc = await store.read(lambda c: c.document_by_source(source))
     assert doc is not None
-    chunks = await store.read(lambda c: readers.neighbours(c, doc.id, 0, 10**6))
+    chunks = await store.read(lambda c: c.neighbours(doc.id, 0, 10**6))
     return [c.id for c in chunks]
 
 
 async def status_of(store: Store, chunk_id: int) -> str:
-    return (await store.read(lambda c: readers.chunks_by_id(c, [chunk_id])))[chunk_id].status
+    return (await store.read(lambda c: c.chunks_by_id([chunk_id])))[chunk_id].status
 
 
 async def test_m004_adds_history_and_link_origin(tmp_path: Path) -> None:
@@ -43,14 +43,14 @@ async def test_m004_adds_history_and_link_origin(tmp_path: Path) -> None:
 async def test_supersedes_and_contradicts_set_status_until_removed(store: Store) -> None:
     await put(store, "a", ["old fact", "new fact", "disputed", "dispute"])
     old, new, disputed, dispute = await ids_of(store, "a")
-    await store.write(lambda c: links.add(c, [(new, old, "supersedes", 1.0)]))
-    await store.write(lambda c: links.add(c, [(dispute, disputed, "contradicts", 1.0)]))
+    await store.write(lambda c: c.add_links([(new, old, "supersedes", 1.0)]))
+    await store.write(lambda c: c.add_links([(dispute, disputed, "contradicts", 1.0)]))
     assert await status_of(store, old) == "superseded"
     assert await status_of(store, disputed) == "contradicted"
     assert await status_of(store, new) == "active"
-    [link] = await store.read(lambda c: links.of(c, old, direction="in"))
+    [link] = await store.read(lambda c: c.links_of(old, direction="in"))
     assert link["src"] == new and link["relation"] == "supersedes" and link["origin"] == "user"
-    assert await store.write(lambda c: links.remove(c, new, old)) == 1
+    assert await store.write(lambda c: c.remove_links(new, old)) == 1
     assert await status_of(store, old) == "active"
 
 
@@ -59,18 +59,18 @@ async def test_deleting_the_newer_chunk_reactivates_the_older(store: Store) -> N
     await put(store, "new", ["Ana moved to Lisbon"])
     [old] = await ids_of(store, "old")
     [new] = await ids_of(store, "new")
-    await store.write(lambda c: links.add(c, [(new, old, "supersedes", 1.0)]))
+    await store.write(lambda c: c.add_links([(new, old, "supersedes", 1.0)]))
     assert await status_of(store, old) == "superseded"
-    assert await store.write(lambda c: writer.delete_document(c, "new"))
+    assert await store.write(lambda c: c.delete_document("new"))
     assert await status_of(store, old) == "active"
-    assert await store.read(lambda c: links.of(c, old)) == []
+    assert await store.read(lambda c: c.links_of(old)) == []
 
 
 async def test_links_to_missing_chunks_and_self_links_are_not_written(store: Store) -> None:
     await put(store, "a", ["one"])
     [one] = await ids_of(store, "a")
     written = await store.write(
-        lambda c: links.add(c, [(one, 999, "related", 1.0), (one, one, "related", 1.0)])
+        lambda c: c.add_links([(one, 999, "related", 1.0), (one, one, "related", 1.0)])
     )
     assert written == 0
 
@@ -96,13 +96,11 @@ async def test_parent_and_temporal_links_follow_the_document(store: Store) -> No
     vectors = EMBEDDER.embed([d.text for d in drafts])
     chunks = [writer.NewChunk(d, 3, vectors[i]) for i, d in enumerate(drafts)]
     doc = writer.NewDocument("log", "conversation", "json", "h1")
-    await store.write(lambda c: writer.replace_document(c, doc, chunks))
+    await store.write(lambda c: c.replace_document(doc, chunks))
     s, r1, f1, r2, r3 = await ids_of(store, "log")
 
     async def all_links() -> set[tuple[int, int, str]]:
-        rows = await store.read(
-            lambda c: readers.fetchall(c, "SELECT src, dst, relation FROM links")
-        )
+        rows = await store.read(lambda c: c.fetchall("SELECT src, dst, relation FROM links"))
         return {(int(a), int(b), str(r)) for a, b, r in rows}
 
     assert await all_links() == {
@@ -119,7 +117,7 @@ async def test_parent_and_temporal_links_follow_the_document(store: Store) -> No
     grown = [writer.NewChunk(d, 3, None) for d in drafts[:-1]]
     grown.append(writer.NewChunk(drafts[-1], 3, vectors[0]))
     doc = writer.NewDocument("log", "conversation", "json", "h2")
-    await store.write(lambda c: writer.replace_document(c, doc, grown))
+    await store.write(lambda c: c.replace_document(doc, grown))
     *_, r4 = await ids_of(store, "log")
     found = await all_links()
     assert (r3, r4, "temporal") in found and (r4, s, "parent") in found and len(found) == 8
@@ -139,10 +137,10 @@ async def test_auto_links_from_the_ingest_resolve_keys_and_ids(store: Store) -> 
         ),
     ]
     doc = writer.NewDocument("new", "text", "markdown", "h")
-    await store.write(lambda c: writer.replace_document(c, doc, chunks))
+    await store.write(lambda c: c.replace_document(doc, chunks))
     a, b = await ids_of(store, "new")
     assert await status_of(store, old) == "superseded"
-    [similar] = await store.read(lambda c: links.of(c, b, direction="out"))
+    [similar] = await store.read(lambda c: c.links_of(b, direction="out"))
     assert (similar["dst"], similar["relation"], similar["weight"]) == (a, "similar", 0.97)
     assert similar["origin"] == "auto"
 
@@ -153,14 +151,13 @@ async def test_memory_edit_keeps_history_and_moves_the_vector(store: Store) -> N
     draft = ChunkDraft(text="Ana lives in Porto", kind="memory", granularity="memory", key="memory")
     vec = embedder.embed([draft.text])[0]
     doc = writer.NewDocument("memory:aaa", "memory", "memory", "aaa")
-    await store.write(lambda c: writer.replace_document(c, doc, [writer.NewChunk(draft, 4, vec)]))
+    await store.write(lambda c: c.replace_document(doc, [writer.NewChunk(draft, 4, vec)]))
     [cid] = await ids_of(store, "memory:aaa")
     new_vec = embedder.embed(["Ana lives in Lisbon"])[0]
     edit = history.MemoryEdit(text="Ana lives in Lisbon", tags=("home",))
 
     async def update(conn):
-        return await history.update_memory(
-            conn,
+        return await conn.update_memory(
             cid,
             edit,
             source="memory:bbb",
@@ -171,19 +168,19 @@ async def test_memory_edit_keeps_history_and_moves_the_vector(store: Store) -> N
         )
 
     assert await store.write(update) == 2
-    chunk = (await store.read(lambda c: readers.chunks_by_id(c, [cid])))[cid]
+    chunk = (await store.read(lambda c: c.chunks_by_id([cid])))[cid]
     assert chunk.text == "Ana lives in Lisbon" and chunk.tags == ("home",)
     assert chunk.source == "memory:bbb"
-    [old] = await store.read(lambda c: history.history_of(c, cid))
+    [old] = await store.read(lambda c: c.history_of(cid))
     assert old["version"] == 1 and old["text"] == "Ana lives in Porto" and old["tags"] == []
     # Search finds the new text by keyword and by vector, not the old one.
-    assert await store.read(lambda c: readers.fts(c, '"lisbon"', 5, Filters())) != []
-    assert await store.read(lambda c: readers.fts(c, '"porto"', 5, Filters())) == []
-    [(nearest, distance)] = await store.read(lambda c: readers.knn(c, new_vec, 1, Filters()))
+    assert await store.read(lambda c: c.fts('"lisbon"', 5, Filters())) != []
+    assert await store.read(lambda c: c.fts('"porto"', 5, Filters())) == []
+    [(nearest, distance)] = await store.read(lambda c: c.knn(new_vec, 1, Filters()))
     assert nearest == cid and distance == pytest.approx(0.0, abs=1e-5)
     # Forgetting the memory takes its history along.
-    assert await store.write(lambda c: writer.delete_document(c, "memory:bbb"))
-    rows = await store.read(lambda c: readers.fetchall(c, "SELECT count(*) FROM chunk_history"))
+    assert await store.write(lambda c: c.delete_document("memory:bbb"))
+    rows = await store.read(lambda c: c.fetchall("SELECT count(*) FROM chunk_history"))
     assert rows[0][0] == 0
 
 
@@ -194,8 +191,7 @@ async def test_only_memories_can_be_edited_and_texts_stay_unique(store: Store) -
 
     def update(target: int, source: str):
         async def run(conn):
-            return await history.update_memory(
-                conn,
+            return await conn.update_memory(
                 target,
                 edit,
                 source=source,
@@ -212,11 +208,11 @@ async def test_only_memories_can_be_edited_and_texts_stay_unique(store: Store) -
     draft = ChunkDraft(text="m", kind="memory", granularity="memory", key="memory")
     vec = EMBEDDER.embed(["m"])[0]
     doc = writer.NewDocument("memory:m", "memory", "memory", "m")
-    await store.write(lambda c: writer.replace_document(c, doc, [writer.NewChunk(draft, 1, vec)]))
+    await store.write(lambda c: c.replace_document(doc, [writer.NewChunk(draft, 1, vec)]))
     [mid] = await ids_of(store, "memory:m")
     with pytest.raises(IngestError, match="already holds"):
         await store.write(update(mid, "file.md"))
-    assert json.loads("[]") == await store.read(lambda c: history.history_of(c, mid))
+    assert json.loads("[]") == await store.read(lambda c: c.history_of(mid))
 
 
 def test_the_cli_knows_the_same_relations() -> None:

@@ -13,7 +13,7 @@ from tests.storage.conftest import new_chunks
 async def put(store: Store, source: str, texts: list[str], digest: str, **kw: Any) -> int:
     doc = writer.NewDocument(source, kw.get("kind", "text"), "markdown", digest)
     chunks = new_chunks(texts, **kw)
-    return await store.write(lambda c: writer.replace_document(c, doc, chunks))
+    return await store.write(lambda c: c.replace_document(doc, chunks))
 
 
 async def test_documents_memories_and_counts(store: Store) -> None:

@@ -61,7 +61,7 @@ async def test_own_commit_after_a_foreign_one_drops_the_mirror(pair: tuple[Store
     assert not daemon.vectors.loaded
     await knn(daemon, data[0])
     assert daemon.vectors.live == 300
-    async with daemon.reading() as conn:
+    async with daemon.reading_conn() as conn:
         assert await vectors.read_changes(conn) == 3
 
 

@@ -16,7 +16,6 @@ import pytest
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.errors import ModelMismatchError, NotFoundError, ReindexError, SchemaTooNewError
-from recalld.storage import readers
 from recalld.storage.connection import connect
 from recalld.storage.history import MemoryEdit
 from recalld.storage.pg import schema
@@ -236,7 +235,7 @@ def test_migrate_moves_a_sqlite_store_with_its_vectors(tmp_path: Path, pg_url: s
         async with await AsyncMemory.open(lite) as memory:
             saved = await memory.remember("the standup moved to 9:30", tags=("team",))
             doc_id = saved.document_id
-            [chunk] = await memory.store.read(lambda c: readers.neighbours(c, doc_id, 0, 0))
+            [chunk] = await memory.store.read(lambda c: c.neighbours(doc_id, 0, 0))
             # An edit leaves a version in chunk_history, which moves across too.
             await memory.update(chunk.id, MemoryEdit(importance=0.8))
             await memory.add_text(

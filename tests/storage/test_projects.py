@@ -3,10 +3,9 @@ documents and those of no project, never another project's; on SQLite and Postgr
 
 from __future__ import annotations
 
-from functools import partial
 from pathlib import Path
 
-from recalld.storage import projects, readers, schema
+from recalld.storage import schema
 from recalld.storage.connection import connect
 from recalld.storage.store import Store
 from recalld.types import Filters
@@ -25,33 +24,33 @@ async def test_project_filter_keeps_own_and_global(store: Store) -> None:
     await put(store, "/a/notes.md", ["otter habitat notes for project a"])
     await put(store, "/b/notes.md", ["otter habitat notes for project b"], digest="h2")
     await put(store, "memory:global", ["otter habitat notes for everyone"], digest="h3")
-    await store.write(partial(projects.set_project, source="/a/notes.md", project="/a"))
-    await store.write(partial(projects.set_project, source="/b/notes.md", project="/b"))
-    assert await store.read(partial(projects.project_of, source="/a/notes.md")) == "/a"
-    assert await store.read(partial(projects.sources_of, project="/b")) == {"/b/notes.md"}
+    await store.write(lambda r: r.set_project(source="/a/notes.md", project="/a"))
+    await store.write(lambda r: r.set_project(source="/b/notes.md", project="/b"))
+    assert await store.read(lambda r: r.project_of(source="/a/notes.md")) == "/a"
+    assert await store.read(lambda r: r.sources_of(project="/b")) == {"/b/notes.md"}
     owners = await store.read(
-        partial(projects.projects_of, sources=["/a/notes.md", "memory:global", "/nope"])
+        lambda r: r.projects_of(sources=["/a/notes.md", "memory:global", "/nope"])
     )
     assert owners == {"/a/notes.md": "/a"}
-    assert await store.read(partial(projects.projects_of, sources=[])) == {}
+    assert await store.read(lambda r: r.projects_of(sources=[])) == {}
 
     def sources(found: list[tuple[int, float]], chunks: dict[int, object]) -> set[str]:
         return {chunks[i].source for i, _ in found}  # type: ignore[attr-defined]
 
     scoped = Filters(project="/a")
     vector = EMBEDDER.embed(["otter habitat"])[0]
-    knn = await store.read(lambda c: readers.knn(c, vector, 10, scoped))
-    chunks = await store.read(lambda c: readers.chunks_by_id(c, [i for i, _ in knn]))
+    knn = await store.read(lambda c: c.knn(vector, 10, scoped))
+    chunks = await store.read(lambda c: c.chunks_by_id([i for i, _ in knn]))
     assert sources(knn, chunks) == {"/a/notes.md", "memory:global"}
-    fts = await store.read(lambda c: readers.fts(c, '"otter"', 10, scoped))
-    chunks = await store.read(lambda c: readers.chunks_by_id(c, [i for i, _ in fts]))
+    fts = await store.read(lambda c: c.fts('"otter"', 10, scoped))
+    chunks = await store.read(lambda c: c.chunks_by_id([i for i, _ in fts]))
     assert sources(fts, chunks) == {"/a/notes.md", "memory:global"}
-    recent = await store.read(lambda c: projects.recent_chunks(c, Filters(project="/b"), 10))
+    recent = await store.read(lambda c: c.recent_chunks(Filters(project="/b"), 10))
     assert {c.source for c in recent} == {"/b/notes.md", "memory:global"}
-    everything = await store.read(lambda c: projects.recent_chunks(c, Filters(), 10))
+    everything = await store.read(lambda c: c.recent_chunks(Filters(), 10))
     assert len(everything) == 3
 
     # No project any more: the document becomes global.
-    await store.write(partial(projects.set_project, source="/b/notes.md", project=None))
-    recent = await store.read(lambda c: projects.recent_chunks(c, scoped, 10))
+    await store.write(lambda r: r.set_project(source="/b/notes.md", project=None))
+    recent = await store.read(lambda c: c.recent_chunks(scoped, 10))
     assert {c.source for c in recent} == {"/a/notes.md", "/b/notes.md", "memory:global"}

@@ -12,7 +12,7 @@ import pytest
 
 from recalld.embeddings.base import HashEmbedder
 from recalld.errors import ReindexError
-from recalld.storage import check, readers, reindex, repair, schema, writer
+from recalld.storage import check, reindex, repair, schema, writer
 from recalld.storage.backend import is_url
 from recalld.storage.connection import connect
 from recalld.storage.store import Store, stored_model
@@ -23,17 +23,17 @@ NEW = HashEmbedder(32)
 
 
 async def chunk_rows(store: Store) -> list[tuple[int, str]]:
-    return await store.read(lambda c: reindex.missing(c, 0, 10_000))
+    return await store.read(lambda c: c.reindex_missing(0, 10_000))
 
 
 async def stage_all(store: Store, rows: list[tuple[int, str]]) -> int:
     ids = [cid for cid, _ in rows]
     matrix = NEW.embed([t for _, t in rows])
-    return await store.write(lambda c: reindex.stage(c, ids, matrix, NEW.model_id))
+    return await store.write(lambda c: c.stage_vectors(ids, matrix, NEW.model_id))
 
 
 async def begin(store: Store) -> reindex.ReindexState:
-    return await store.write(lambda c: reindex.begin(c, "hash:32", NEW.model_id, 32))
+    return await store.write(lambda c: c.begin_reindex("hash:32", NEW.model_id, 32))
 
 
 async def test_stage_swap_and_the_cascade_tables(store: Store) -> None:
@@ -41,28 +41,28 @@ async def test_stage_swap_and_the_cascade_tables(store: Store) -> None:
     state = await begin(store)
     rows = await chunk_rows(store)
     assert await stage_all(store, rows[:10]) == 10
-    assert await store.read(reindex.progress) == (10, 30)
+    assert await store.read(lambda r: r.reindex_progress()) == (10, 30)
     # A replaced document's chunks leave the staging table with their rows (ON DELETE CASCADE).
     await put(store, "/a.md", [f"beta note {i}" for i in range(20)], digest="h2")
-    assert (await store.read(reindex.progress)) == (0, 20)
+    assert (await store.read(lambda r: r.reindex_progress())) == (0, 20)
     with pytest.raises(RuntimeError, match="no vector"):
-        await store.write(lambda c: reindex.swap(c, state))
+        await store.write(lambda c: c.swap_model(state))
     await stage_all(store, await chunk_rows(store))
-    count = await store.write(lambda c: reindex.swap(c, state))
+    count = await store.write(lambda c: c.swap_model(state))
     assert count == 20
     store.end_switch(state.model_id, state.dimension)
     postgres = is_url(store.path)
     assert store.model_version == 1 and store.dimension == 32
     if not postgres:
         assert store.vectors.dimension == 32
-    meta = await store.read(lambda c: readers.fetchall(c, "SELECT key, value FROM meta"))
+    meta = await store.read(lambda c: c.fetchall("SELECT key, value FROM meta"))
     assert {"model_id": "hash-32", "dimension": "32", "model_spec": "hash:32"}.items() <= dict(
         (str(k), str(v)) for k, v in meta
     ).items()
-    assert await store.read(reindex.read_state) is None
+    assert await store.read(lambda r: r.reindex_state()) is None
     query = NEW.embed(["beta note 7"])[0]
-    hits = await store.read(lambda c: readers.knn(c, query, 3, Filters()))
-    texts = await store.read(lambda c: readers.chunks_by_id(c, [hits[0][0]]))
+    hits = await store.read(lambda c: c.knn(query, 3, Filters()))
+    texts = await store.read(lambda c: c.chunks_by_id([hits[0][0]]))
     assert texts[hits[0][0]].text == "beta note 7" and hits[0][1] == pytest.approx(0, abs=1e-5)
     report = await asyncio.to_thread(check.check_store, store.path)
     assert report["ok"], report
@@ -71,8 +71,8 @@ async def test_stage_swap_and_the_cascade_tables(store: Store) -> None:
     # New chunks after the swap go in at the new dimension.
     doc = writer.NewDocument("/b.md", "text", "markdown", "hb")
     chunk = writer.NewChunk(ChunkDraft(text="gamma", key="k0"), 1, NEW.embed(["gamma"])[0])
-    await store.write(lambda c: writer.replace_document(c, doc, [chunk]))
-    hits = await store.read(lambda c: readers.knn(c, NEW.embed(["gamma"])[0], 1, Filters()))
+    await store.write(lambda c: c.replace_document(doc, [chunk]))
+    hits = await store.read(lambda c: c.knn(NEW.embed(["gamma"])[0], 1, Filters()))
     assert hits[0][1] == pytest.approx(0, abs=1e-5)
 
 
@@ -81,8 +81,8 @@ async def test_stage_refuses_after_cancel_and_cancel_empties(store: Store) -> No
     await begin(store)
     rows = await chunk_rows(store)
     await stage_all(store, rows[:2])
-    assert await store.write(reindex.cancel) == 2
-    assert await store.read(reindex.progress) == (0, 3)
+    assert await store.write(lambda r: r.cancel_reindex()) == 2
+    assert await store.read(lambda r: r.reindex_progress()) == (0, 3)
     with pytest.raises(ReindexError, match="cancelled or replaced"):
         await stage_all(store, rows)
 
@@ -109,7 +109,7 @@ async def test_check_reports_a_reindex_and_repair_drops_only_bad_rows(store: Sto
     assert check.failed(report) == {"reindex"}
     done = await repair.check_and_repair(store, None, _never, _never)
     assert done["ok"], done
-    assert await store.read(reindex.progress) == (5, 12)  # the sound rows stay
+    assert await store.read(lambda r: r.reindex_progress()) == (5, 12)  # the sound rows stay
     # Staged rows with no reindex recorded: flagged and dropped.
     await store.write(
         lambda c: c.execute("DELETE FROM meta WHERE key IN (?, ?, ?, ?)", tuple(reindex.STATE_KEYS))
@@ -118,7 +118,7 @@ async def test_check_reports_a_reindex_and_repair_drops_only_bad_rows(store: Sto
     assert check.failed(report) == {"reindex"}
     done = await repair.check_and_repair(store, None, _never, _never)
     assert done["ok"], done
-    assert await store.read(reindex.progress) == (0, 12)
+    assert await store.read(lambda r: r.reindex_progress()) == (0, 12)
 
 
 async def _never(_: object) -> None:

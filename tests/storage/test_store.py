@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from recalld.errors import QueryError
-from recalld.storage import readers, writer
+from recalld.storage import writer
 from recalld.storage.fts import match_expression, query_terms
 from recalld.storage.store import Store
 from recalld.types import NO_FILTERS, ChunkDraft, Filters
@@ -15,22 +15,22 @@ from .conftest import EMBEDDER, new_chunks, put
 
 async def fts(store: Store, query: str, filters: Filters = NO_FILTERS):
     expr = match_expression(query_terms(query))
-    return await store.read(lambda c: readers.fts(c, expr, 10, filters))
+    return await store.read(lambda c: c.fts(expr, 10, filters))
 
 
 async def texts_of(store: Store, ids) -> list[str]:
-    chunks = await store.read(lambda c: readers.chunks_by_id(c, list(ids)))
+    chunks = await store.read(lambda c: c.chunks_by_id(list(ids)))
     return [chunks[i].text for i in ids]
 
 
 async def test_replace_document_is_atomic_and_keeps_parity(store: Store):
     await put(store, "a.md", ["alpha one", "alpha two", "alpha three"])
     await put(store, "a.md", ["beta one"], digest="h2")
-    counts = await store.read(readers.counts)
+    counts = await store.read(lambda r: r.counts())
     assert counts["documents"] == 1 and counts["chunks"] == 1 and counts["partial_documents"] == 0
     assert await fts(store, "alpha") == []
     assert len(await fts(store, "beta")) == 1
-    vec_rows = await store.read(lambda c: readers.fetchall(c, "SELECT count(*) FROM chunks_vec"))
+    vec_rows = await store.read(lambda c: c.fetchall("SELECT count(*) FROM chunks_vec"))
     assert vec_rows[0][0] == 1
 
 
@@ -39,25 +39,25 @@ async def test_failed_replacement_leaves_the_old_document(store: Store):
     bad = [writer.NewChunk(ChunkDraft(text="gamma", key="k"), 1, EMBEDDER.embed(["g"])[0][:10])]
     doc = writer.NewDocument("a.md", "text", "markdown", "h3")
     with pytest.raises(Exception, match=r"(?i)dimension"):
-        await store.write(lambda c: writer.replace_document(c, doc, bad))
+        await store.write(lambda c: c.replace_document(doc, bad))
     assert len(await fts(store, "alpha")) == 1
     assert await fts(store, "gamma") == []
-    assert (await store.read(lambda c: readers.document_by_source(c, "a.md"))).content_hash == "h"
+    assert (await store.read(lambda c: c.document_by_source("a.md"))).content_hash == "h"
 
 
 async def test_unchanged_chunks_keep_their_rows_and_counters(store: Store):
     await put(store, "log.jsonl", ["round one", "round two"])
     [first] = await fts(store, "one")
-    await store.write(lambda c: writer.count_use(c, [first[0]], retrieval=True))
+    await store.write(lambda c: c.count_use([first[0]], retrieval=True))
     grown = new_chunks(["round one", "round two", "round three"])
     keep = [writer.NewChunk(c.draft, c.token_count, None) for c in grown[:2]] + grown[2:]
     doc = writer.NewDocument("log.jsonl", "conversation", "jsonl", "h2")
-    await store.write(lambda c: writer.replace_document(c, doc, keep))
+    await store.write(lambda c: c.replace_document(doc, keep))
     [again] = await fts(store, "one")
     assert again[0] == first[0]
-    chunk = (await store.read(lambda c: readers.chunks_by_id(c, [first[0]])))[first[0]]
+    chunk = (await store.read(lambda c: c.chunks_by_id([first[0]])))[first[0]]
     assert chunk.retrieval_count == 1 and chunk.access_count == 0
-    assert (await store.read(readers.counts))["chunks"] == 3
+    assert (await store.read(lambda r: r.counts()))["chunks"] == 3
 
 
 async def test_parents_are_linked_by_key(store: Store):
@@ -72,10 +72,10 @@ async def test_parents_are_linked_by_key(store: Store):
         ),
     ]
     doc = writer.NewDocument("c.json", "conversation", "locomo", "h")
-    await store.write(lambda c: writer.replace_document(c, doc, chunks))
+    await store.write(lambda c: c.replace_document(doc, chunks))
     rows = await store.read(
-        lambda c: readers.fetchall(
-            c, "SELECT key, (SELECT key FROM chunks p WHERE p.id = c.parent_id) FROM chunks c"
+        lambda c: c.fetchall(
+            "SELECT key, (SELECT key FROM chunks p WHERE p.id = c.parent_id) FROM chunks c"
         )
     )
     assert dict((r[0], r[1]) for r in rows) == {"f": "r", "s": None, "r": "s"}
@@ -134,19 +134,19 @@ async def test_filters(store: Store):
     assert len(await fts(store, "shared", Filters(since=150.0))) == 1
     assert len(await fts(store, "shared", Filters(until=150.0))) == 1
     vector = EMBEDDER.embed(["shared word"])[0]
-    near = await store.read(lambda c: readers.knn(c, vector, 10, Filters(sources=("/code/",))))
+    near = await store.read(lambda c: c.knn(vector, 10, Filters(sources=("/code/",))))
     assert len(near) == 1
-    near = await store.read(lambda c: readers.knn(c, vector, 10, Filters(kinds=("text",))))
+    near = await store.read(lambda c: c.knn(vector, 10, Filters(kinds=("text",))))
     assert len(near) == 3
 
 
 async def test_latest_event_time_follows_the_scope_not_the_time_bounds(store: Store):
-    assert await store.read(lambda c: readers.latest_event_time(c, NO_FILTERS)) is None
+    assert await store.read(lambda c: c.latest_event_time(NO_FILTERS)) is None
     await put(store, "/notes/b.md", ["banana"], tags=("fruit",), event_time=100.0)
     await put(store, "/code/c.py", ["cherry"], event_time=200.0)
 
     async def latest(filters: Filters) -> float | None:
-        return await store.read(lambda c: readers.latest_event_time(c, filters))
+        return await store.read(lambda c: c.latest_event_time(filters))
 
     assert await latest(NO_FILTERS) == 200.0
     assert await latest(Filters(sources=("/notes/",))) == 100.0
@@ -156,11 +156,11 @@ async def test_latest_event_time_follows_the_scope_not_the_time_bounds(store: St
 
 async def test_delete_and_move(store: Store):
     await put(store, "old.md", ["movable text"])
-    assert await store.write(lambda c: writer.move_document(c, "old.md", "new.md"))
-    assert (await store.read(lambda c: readers.document_by_source(c, "new.md"))) is not None
-    assert await store.write(lambda c: writer.delete_document(c, "new.md"))
-    assert not await store.write(lambda c: writer.delete_document(c, "new.md"))
-    assert (await store.read(readers.counts))["chunks"] == 0
+    assert await store.write(lambda c: c.move_document("old.md", "new.md"))
+    assert (await store.read(lambda c: c.document_by_source("new.md"))) is not None
+    assert await store.write(lambda c: c.delete_document("new.md"))
+    assert not await store.write(lambda c: c.delete_document("new.md"))
+    assert (await store.read(lambda r: r.counts()))["chunks"] == 0
     assert await fts(store, "movable") == []
 
 
@@ -178,10 +178,10 @@ async def test_readers_are_not_blocked_by_a_long_write(store: Store):
     await asyncio.sleep(0.05)
     assert len(await asyncio.wait_for(fts(store, "alpha"), 2)) == 1
     # Uncommitted writes are invisible to readers.
-    assert (await store.read(readers.counts))["errors"] == 0
+    assert (await store.read(lambda r: r.counts()))["errors"] == 0
     release.set()
     await task
-    assert (await store.read(readers.counts))["errors"] == 1
+    assert (await store.read(lambda r: r.counts()))["errors"] == 1
 
 
 async def test_query_time_limit(location: Path | str):
@@ -194,7 +194,7 @@ async def test_query_time_limit(location: Path | str):
     )
     slow = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT count(*) FROM n"
     with pytest.raises(QueryError, match="longer than"):
-        await s.read(lambda c: readers.fetchall(c, slow))
+        await s.read(lambda c: c.fetchall(slow))
     await s.close()
 
 
@@ -204,7 +204,7 @@ async def test_a_cancelled_write_finishes_and_the_writer_stays_usable(store: Sto
     chunks = new_chunks(["slow write"])
 
     async def slow(conn):
-        doc_id = await writer.replace_document(conn, doc, chunks)
+        doc_id = await conn.replace_document(doc, chunks)
         inside.set()
         await release.wait()
         return doc_id
@@ -218,7 +218,7 @@ async def test_a_cancelled_write_finishes_and_the_writer_stays_usable(store: Sto
     # The next write waits for the first to COMMIT instead of failing inside its
     # transaction, and both documents are whole.
     await put(store, "after.md", ["after the cancel"])
-    counts = await store.read(readers.counts)
+    counts = await store.read(lambda r: r.counts())
     assert counts["documents"] == 2 and counts["partial_documents"] == 0
 
 
@@ -231,9 +231,9 @@ async def test_counter_writes_leave_the_generation_alone(store: Store):
         return int(store._commits) if store.backend == "postgresql" else store.generation
 
     generation = commits()
-    await store.write(lambda c: writer.count_use(c, [top], retrieval=True), counters_only=True)
+    await store.write(lambda c: c.count_use([top], retrieval=True), counters_only=True)
     assert commits() == generation  # term frequencies cannot have changed
-    chunk = (await store.read(lambda c: readers.chunks_by_id(c, [top])))[top]
+    chunk = (await store.read(lambda c: c.chunks_by_id([top])))[top]
     assert chunk.retrieval_count == 1
     await put(store, "h.md", ["alpha two"])
     assert commits() > generation
@@ -244,15 +244,15 @@ async def test_redacted_chunks_and_skipped_files_are_counted(store: Store):
     await put(store, "/p/a.md", ["key [REDACTED:aws_access_key] here", "nothing"])
     marked = new_chunks(["token [REDACTED:github_token]"], meta={"redacted": [{"type": "x"}]})
     doc = writer.NewDocument("/p/b.md", "text", "markdown", "h")
-    await store.write(lambda c: writer.replace_document(c, doc, marked))
+    await store.write(lambda c: c.replace_document(doc, marked))
     # The word alone (a document about redaction) is not a redaction.
     await put(store, "/p/c.md", ["the report was redacted before release"])
     for source, file_type in (("/p/x.gz", ".gz"), ("/p/y.gz", ".gz"), ("/q/tool", "binary")):
         skipped = writer.NewDocument(source, "skipped", file_type, f"skipped:{file_type}")
-        await store.write(lambda c, d=skipped: writer.replace_document(c, d, []))
-    assert await store.read(readers.redacted_chunks) == 1
-    assert await store.read(readers.skipped_files) == {".gz": 2, "binary": 1}
-    assert await store.read(lambda c: readers.skipped_files(c, "/p/")) == {".gz": 2}
+        await store.write(lambda c, d=skipped: c.replace_document(d, []))
+    assert await store.read(lambda r: r.redacted_chunks()) == 1
+    assert await store.read(lambda r: r.skipped_files()) == {".gz": 2, "binary": 1}
+    assert await store.read(lambda c: c.skipped_files("/p/")) == {".gz": 2}
 
 
 async def test_term_lookups_answer_each_term_in_one_statement(store: Store):
@@ -261,9 +261,9 @@ async def test_term_lookups_answer_each_term_in_one_statement(store: Store):
     # More terms than one statement holds: the lookups split and keep the order.
     many = quoted * 90
     want = [2, 1, 1, 0, 0]
-    assert await store.read(lambda c: readers.document_frequencies(c, many)) == want * 90
-    assert await store.read(lambda c: readers.document_frequency(c, '"alpha"')) == 2
+    assert await store.read(lambda c: c.document_frequencies(many)) == want * 90
+    assert await store.read(lambda c: c.document_frequency('"alpha"')) == 2
     [(top, _)] = await fts(store, "err conn reset")
-    matched = await store.read(lambda c: readers.matched_terms(c, top, many))
+    matched = await store.read(lambda c: c.matched_terms(top, many))
     assert matched == [False, False, True, False, False] * 90
-    assert await store.read(lambda c: readers.matched_terms(c, top, [])) == []
+    assert await store.read(lambda c: c.matched_terms(top, [])) == []

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recalld.storage import readers, schema, vectors, writer
+from recalld.storage import schema, vectors, writer
 from recalld.storage.connection import connect
 from recalld.storage.store import Store
 from recalld.types import NO_FILTERS, ChunkDraft, Filters
@@ -49,11 +49,11 @@ async def put(store: Store, source: str, vecs: np.ndarray, kind="text", granular
         for i, v in enumerate(vecs)
     ]
     doc = writer.NewDocument(source, kind, "markdown", f"h{hash(vecs.tobytes())}")
-    return await store.write(lambda c: writer.replace_document(c, doc, chunks))
+    return await store.write(lambda c: c.replace_document(doc, chunks))
 
 
 async def knn(store: Store, q: np.ndarray, k: int = 10, filters: Filters = NO_FILTERS):
-    return await store.read(lambda c: readers.knn(c, q, k, filters))
+    return await store.read(lambda c: c.knn(q, k, filters))
 
 
 async def exact(store: Store, q: np.ndarray, k: int = 10, filters: Filters = NO_FILTERS):
@@ -155,7 +155,7 @@ async def test_float_copies_dropped_when_big_and_reloaded_when_small(filled):
     assert not store.vectors.exact and store.vectors.use_for((), ())
     assert store.vectors.memory_bytes() < 4000 * DIM * 4
     for d in range(0, 30, 3):
-        await store.write(lambda c, d=d: writer.delete_document(c, f"doc{d}.md"))
+        await store.write(lambda c, d=d: c.delete_document(f"doc{d}.md"))
     assert not store.vectors.loaded  # 3000 < 3200: reloaded with copies on the next search
     q = more[500]
     assert [c for c, _ in await knn(store, q)] == [c for c, _ in await exact(store, q)]
@@ -174,13 +174,13 @@ async def test_kind_and_granularity_filters_run_inside_the_cascade(filled):
         got = await knn(store, data[5], 10, filters)
         want = await exact(store, data[5], 10, filters)
         assert [c for c, _ in got] == [c for c, _ in want]
-        chunks = await store.read(lambda c, ids=[c for c, _ in got]: readers.chunks_by_id(c, ids))
+        chunks = await store.read(lambda c, ids=[c for c, _ in got]: c.chunks_by_id(ids))
         for chunk in chunks.values():
             assert not filters.kinds or chunk.kind in filters.kinds
             assert not filters.granularities or chunk.granularity in filters.granularities
     # Other filters take the exact path and still answer.
     by_source = await knn(store, data[5], 5, Filters(sources=("doc1.md",)))
-    chunks = await store.read(lambda c: readers.chunks_by_id(c, [c_ for c_, _ in by_source]))
+    chunks = await store.read(lambda c: c.chunks_by_id([c_ for c_, _ in by_source]))
     assert len(chunks) == 5 and {ch.source for ch in chunks.values()} == {"doc1.md"}
 
 
@@ -191,31 +191,29 @@ async def test_index_follows_replace_delete_and_move(filled, route):
     await knn(store, data[0])  # loads the mirror
     assert store.vectors.live == 3000
 
-    old_ids = await store.read(
-        lambda c: readers.fetchall(c, "SELECT id FROM chunks WHERE document_id = 2")
-    )
+    old_ids = await store.read(lambda c: c.fetchall("SELECT id FROM chunks WHERE document_id = 2"))
     fresh = clustered(100, seed=99)
     await put(store, "doc1.md", fresh)  # replace: doc1's 100 chunks get new vectors
     assert store.vectors.live == 3000
     [(top, distance)] = await knn(store, fresh[42], 1)
     assert distance == pytest.approx(0.0, abs=1e-5)
-    chunk = (await store.read(lambda c: readers.chunks_by_id(c, [top])))[top]
+    chunk = (await store.read(lambda c: c.chunks_by_id([top])))[top]
     assert chunk.source == "doc1.md" and chunk.text == "doc1.md 42"
     stale = {int(r[0]) for r in old_ids}
     assert len(stale) == 100
     assert not stale & {c for c, _ in await knn(store, data[150], 100)}
 
-    await store.write(lambda c: writer.delete_document(c, "doc1.md"))
+    await store.write(lambda c: c.delete_document("doc1.md"))
     assert store.vectors.live == 2900
     gone = {c for c, _ in await knn(store, fresh[42], 50)}
-    kept_sources = await store.read(lambda c: readers.chunks_by_id(c, list(gone)))
+    kept_sources = await store.read(lambda c: c.chunks_by_id(list(gone)))
     assert all(ch.source != "doc1.md" for ch in kept_sources.values())
 
     before = await knn(store, data[250], 10)
-    await store.write(lambda c: writer.move_document(c, "doc2.md", "moved/doc2.md"))
+    await store.write(lambda c: c.move_document("doc2.md", "moved/doc2.md"))
     assert await knn(store, data[250], 10) == before
     [(top, _)] = await knn(store, data[250], 1)
-    chunk = (await store.read(lambda c: readers.chunks_by_id(c, [top])))[top]
+    chunk = (await store.read(lambda c: c.chunks_by_id([top])))[top]
     assert chunk.source == "moved/doc2.md"
 
 
@@ -226,7 +224,7 @@ async def test_a_rolled_back_write_leaves_the_index_alone(filled, route):
     before = await knn(store, data[0])
 
     async def broken(conn):
-        await writer.delete_document(conn, "doc0.md")
+        await conn.delete_document("doc0.md")
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError):
@@ -241,7 +239,7 @@ async def test_compaction_after_many_deletes(filled, route):
     use(store, route)
     await knn(store, data[0])
     for d in range(0, 30, 2):
-        await store.write(lambda c, d=d: writer.delete_document(c, f"doc{d}.md"))
+        await store.write(lambda c, d=d: c.delete_document(f"doc{d}.md"))
     assert store.vectors.live == 1500
     assert store.vectors._dead < 1500  # compacted at least once
     q = data[1234]
@@ -257,7 +255,7 @@ async def test_searches_stay_correct_while_writing(filled, route):
     async def writes():
         for i in range(20):
             await put(store, f"new{i}.md", extra[i * 100 : (i + 1) * 100])
-            await store.write(lambda c, i=i: writer.delete_document(c, f"doc{i}.md"))
+            await store.write(lambda c, i=i: c.delete_document(f"doc{i}.md"))
 
     async def searches():
         for i in range(60):
@@ -267,7 +265,7 @@ async def test_searches_stay_correct_while_writing(filled, route):
             await asyncio.sleep(0)
 
     await asyncio.gather(writes(), searches(), searches())
-    total = (await store.read(readers.counts))["chunks"]
+    total = (await store.read(lambda r: r.counts()))["chunks"]
     assert store.vectors.live == total == 3000
     q = extra[1500]
     assert [c for c, _ in await knn(store, q)] == [c for c, _ in await exact(store, q)]
@@ -306,8 +304,7 @@ async def test_migration_backfills_a_store_made_before_m002(tmp_path: Path):
     try:
         store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
         rows = await store.read(
-            lambda c: readers.fetchall(
-                c,
+            lambda c: c.fetchall(
                 "SELECT (SELECT count(*) FROM vector_codes), (SELECT count(*) FROM vector_floats)",
             )
         )
@@ -327,7 +324,7 @@ async def test_rebuild_refills_from_chunks_vec(filled, route):
     store, data = filled
     use(store, route)
     await knn(store, data[0])
-    count = await store.write(lambda c: vectors.rebuild(c, DIM))
+    count = await store.write_conn(lambda c: vectors.rebuild(c, DIM))
     assert count == 3000
     assert not store.vectors.loaded  # reloads on the next search
     assert [c for c, _ in await knn(store, data[9])] == [c for c, _ in await exact(store, data[9])]

@@ -16,7 +16,7 @@ import pytest
 from recalld import __version__
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
-from recalld.storage import history, readers, writer
+from recalld.storage import history
 from recalld.storage.exporter import export_lines
 from recalld.storage.importer import import_file
 from tests.helpers.postgres import VECTOR_INDEX, PgServer
@@ -57,28 +57,26 @@ async def fill(memory: AsyncMemory, folder: Path) -> None:
         doc_id = report.document_id
         assert doc_id is not None
         # (Not found by a search: searches count their hits in the background.)
-        [chunk] = await memory.store.read(lambda c, d=doc_id: readers.neighbours(c, d, 0, 0))
+        [chunk] = await memory.store.read(lambda c, d=doc_id: c.neighbours(d, 0, 0))
         ids.append(chunk.id)
     await memory.ingestor.update_memory(ids[1], history.MemoryEdit(text="Maria prefers green tea"))
     await memory.link(ids[0], ids[1], "related", 0.75)
-    await memory.store.write(lambda c: writer.count_use(c, [ids[0]], retrieval=True))
+    await memory.store.write(lambda c: c.count_use([ids[0]], retrieval=True))
 
 
 async def snapshot(memory: AsyncMemory) -> dict[str, Any]:
     """Everything that must survive, keyed by source and chunk key instead of ids, read with
-    SQL both backends run (`readers.fetchall` takes `?` on both)."""
+    SQL both backends run (`Reader.fetchall` takes `?` on both)."""
 
     async def read(conn: Any) -> dict[str, Any]:
         docs = {
             r[0]: tuple(r[1:])
-            for r in await readers.fetchall(
-                conn,
+            for r in await conn.fetchall(
                 "SELECT source, kind, format, content_hash, state, chunk_count, mtime, size, "
                 "created_at FROM documents",
             )
         }
-        rows = await readers.fetchall(
-            conn,
+        rows = await conn.fetchall(
             "SELECT c.id, d.source, c.key, c.position, c.kind, c.granularity, c.text, "
             "c.content_hash, c.token_count, c.tags, c.memory_type, c.importance, c.event_time, "
             "c.created_at, c.access_count, c.retrieval_count, c.status, c.meta, c.parent_id "
@@ -88,20 +86,19 @@ async def snapshot(memory: AsyncMemory) -> dict[str, Any]:
         chunks = {(r[1], r[2]): (*r[3:18], name.get(r[18])) for r in rows}
         links = sorted(
             (name[int(r[0])], name[int(r[1])], r[2], r[3], r[4], r[5])
-            for r in await readers.fetchall(
-                conn, "SELECT src, dst, relation, weight, origin, created_at FROM links"
+            for r in await conn.fetchall(
+                "SELECT src, dst, relation, weight, origin, created_at FROM links"
             )
         )
         old = sorted(
             (name[int(r[0])], *r[1:])
-            for r in await readers.fetchall(
-                conn,
+            for r in await conn.fetchall(
                 "SELECT chunk_id, version, text, tags, importance, valid_from, replaced_at "
                 "FROM chunk_history",
             )
         )
         ids = list(name)
-        vectors = await readers.vectors_by_id(conn, ids, 64)
+        vectors = await conn.vectors_by_id(ids, 64)
         return {
             "documents": docs,
             "chunks": chunks,

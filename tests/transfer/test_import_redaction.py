@@ -16,7 +16,7 @@ from recalld import __version__
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.embeddings.base import HashEmbedder
-from recalld.storage import exporter, readers
+from recalld.storage import exporter
 from recalld.storage.history import MemoryEdit
 from recalld.storage.repair import memory_source
 from tests.pipeline.conftest import Running, daemon_env, start, stop
@@ -45,7 +45,7 @@ async def unredacted_export(tmp_path: Path) -> Path:
         await memory.add_file(notes)
         await memory.remember(FIRST, tags=["deploy"])
         [[chunk_id]] = await memory.store.read(
-            lambda c: readers.fetchall(c, "SELECT id FROM chunks WHERE kind = 'memory'")
+            lambda c: c.fetchall("SELECT id FROM chunks WHERE kind = 'memory'")
         )
         await memory.update(chunk_id, MemoryEdit(text=EDITED))
         store_path = memory.store.path
@@ -63,11 +63,11 @@ async def stored(home: Path, **overrides: str) -> dict[str, Any]:
     """What the store holds: chunk texts and metas, the FTS copy, the history, the memory."""
 
     async def read(conn: Any) -> dict[str, Any]:
-        chunks = await readers.fetchall(conn, "SELECT text, meta, kind FROM chunks")
-        fts = await readers.fetchall(conn, "SELECT text FROM chunks_fts")
-        old = await readers.fetchall(conn, "SELECT text FROM chunk_history")
-        docs = await readers.fetchall(
-            conn, "SELECT source, content_hash FROM documents WHERE kind = 'memory'"
+        chunks = await conn.fetchall("SELECT text, meta, kind FROM chunks")
+        fts = await conn.fetchall("SELECT text FROM chunks_fts")
+        old = await conn.fetchall("SELECT text FROM chunk_history")
+        docs = await conn.fetchall(
+            "SELECT source, content_hash FROM documents WHERE kind = 'memory'"
         )
         return {
             name: [tuple(row) for row in rows]

@@ -61,7 +61,7 @@ async def fill(memory: AsyncMemory, folder: Path) -> None:
         )
 
     async def link(conn: Any) -> None:
-        rows = list(await conn.execute_fetchall("SELECT id FROM chunks ORDER BY id"))
+        rows = await conn.fetchall("SELECT id FROM chunks ORDER BY id")
         first, last = rows[0][0], rows[-1][0]
         await conn.execute(
             "INSERT INTO links (src, dst, relation, weight, created_at) VALUES (?, ?, ?, ?, ?)",
@@ -85,12 +85,12 @@ async def snapshot(memory: AsyncMemory) -> dict[str, Any]:
     async def read(conn: Any) -> dict[str, Any]:
         docs = {
             r[0]: tuple(r[1:])
-            for r in await conn.execute_fetchall(
+            for r in await conn.fetchall(
                 "SELECT source, kind, format, content_hash, state, chunk_count, mtime, size, "
                 "created_at FROM documents"
             )
         }
-        chunk_rows = await conn.execute_fetchall(
+        chunk_rows = await conn.fetchall(
             "SELECT c.id, d.source, c.key, c.position, c.kind, c.granularity, c.text, "
             "c.content_hash, c.token_count, c.tags, c.memory_type, c.importance, c.event_time, "
             "c.created_at, c.access_count, c.retrieval_count, c.status, c.meta, c.parent_id "
@@ -100,15 +100,13 @@ async def snapshot(memory: AsyncMemory) -> dict[str, Any]:
         chunks = {(r[1], r[2]): (*r[3:18], name.get(r[18])) for r in chunk_rows}
         links = sorted(
             (name[r[0]], name[r[1]], r[2], r[3], r[4])
-            for r in await conn.execute_fetchall(
-                "SELECT src, dst, relation, weight, created_at FROM links"
-            )
+            for r in await conn.fetchall("SELECT src, dst, relation, weight, created_at FROM links")
         )
         vectors = {
             name[r[0]]: bytes(r[1])
-            for r in await conn.execute_fetchall("SELECT chunk_id, embedding FROM chunks_vec")
+            for r in await conn.fetchall("SELECT chunk_id, embedding FROM chunks_vec")
         }
-        fts = (await conn.execute_fetchall("SELECT count(*) FROM chunks_fts"))[0][0]
+        fts = (await conn.fetchall("SELECT count(*) FROM chunks_fts"))[0][0]
         return {"documents": docs, "chunks": chunks, "links": links, "vectors": vectors, "fts": fts}
 
     return await memory.store.read(read)
@@ -280,9 +278,7 @@ async def test_tables_added_later_travel_with_their_ids_remapped(
 
     async def add_history(conn: Any) -> None:
         await conn.execute(HISTORY)
-        rows = await conn.execute_fetchall(
-            "SELECT id, text FROM chunks WHERE kind = 'memory' ORDER BY id"
-        )
+        rows = await conn.fetchall("SELECT id, text FROM chunks WHERE kind = 'memory' ORDER BY id")
         for chunk_id, text in rows:
             await conn.execute(
                 "INSERT INTO memory_history (chunk_id, previous_text, changed_at, payload) "
@@ -296,7 +292,7 @@ async def test_tables_added_later_travel_with_their_ids_remapped(
 
     async def history(memory: AsyncMemory) -> list[tuple[Any, ...]]:
         rows = await memory.store.read(
-            lambda c: c.execute_fetchall(
+            lambda c: c.fetchall(
                 "SELECT c.text, h.previous_text, h.changed_at, h.payload FROM memory_history h "
                 "JOIN chunks c ON c.id = h.chunk_id ORDER BY h.previous_text"
             )

@@ -16,7 +16,6 @@ from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.embeddings import tuned
 from recalld.embeddings.local import LocalEmbedder
-from recalld.storage import readers
 from recalld.tune import run, train
 from recalld.tune.run import TuneOptions
 
@@ -85,7 +84,7 @@ async def test_tuning_beats_the_base_and_goes_live_through_reindex(memory: Async
     manifest = tuned.read_manifest(folder)
     assert manifest["base"] == "local" and manifest["settings"]["learning_rate"] == 5e-5
     assert tuned.sha256_of(folder / "model.safetensors") == manifest["weights_sha256"]
-    recorded = await memory.store.read(lambda c: readers.meta_value(c, run.META_PREFIX + spec))
+    recorded = await memory.store.read(lambda c: c.meta_value(run.META_PREFIX + spec))
     assert recorded is not None and json.loads(recorded)["gate"]["accepted"]
     # The work folder is gone: the next run starts afresh.
     assert not (memory.settings.tuned_model_dir / run.WORK).exists()

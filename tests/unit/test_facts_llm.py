@@ -26,7 +26,6 @@ from recalld.ingest.facts_llm import (
 )
 from recalld.ingest.llm_chat import UnusableAnswer
 from recalld.ingest.pipeline import Ingestor
-from recalld.storage import readers
 from recalld.types import Chunk, Filters
 from tests.helpers.fake_openai import FakeOpenAI, Reply
 
@@ -81,14 +80,14 @@ def settings_for(home: Path, **overrides: str) -> Settings:
 
 
 async def stored_chunks(memory: AsyncMemory, source: str) -> list[Chunk]:
-    doc = await memory.store.read(lambda c: readers.document_by_source(c, source))
+    doc = await memory.store.read(lambda c: c.document_by_source(source))
     assert doc is not None
 
     async def read(conn: Any) -> list[Chunk]:
-        rows = await readers.fetchall(
-            conn, "SELECT id FROM chunks WHERE document_id = ? ORDER BY position", (doc.id,)
+        rows = await conn.fetchall(
+            "SELECT id FROM chunks WHERE document_id = ? ORDER BY position", (doc.id,)
         )
-        found = await readers.chunks_by_id(conn, [r[0] for r in rows])
+        found = await conn.chunks_by_id([r[0] for r in rows])
         return sorted(found.values(), key=lambda c: c.position)
 
     return await memory.store.read(read)
@@ -283,7 +282,7 @@ async def test_pipeline_falls_back_to_heuristic_facts(server, extractors, memory
     assert any(
         r.levelno == logging.WARNING and "heuristic" in r.getMessage() for r in caplog.records
     )
-    assert await memory.store.read(lambda c: readers.errors(c)) == []
+    assert await memory.store.read(lambda c: c.errors()) == []
 
 
 async def test_pipeline_leaves_other_files_alone(server, extractors, memory):

@@ -17,7 +17,8 @@ from recalld.daemon.params import InvalidParams, Params
 from recalld.daemon.sources import source_dict
 from recalld.errors import NotFoundError
 from recalld.ingest.forgotten import ForgottenPaths, fixed_prefix, normalise
-from recalld.storage import forgotten, listing, readers, writer
+from recalld.storage import forgotten, listing
+from recalld.storage.contract import Writer
 from recalld.types import KINDS, MEMORY_TYPES
 
 if TYPE_CHECKING:
@@ -37,7 +38,8 @@ async def sources_with_counts(ctx: Context) -> list[dict[str, Any]]:
         counts = await ctx.memory.store.read(partial(listing.source_counts, folder=folder))
         row = {**source_dict(source), **counts}
         prefix = folder.rstrip(os.sep) + os.sep
-        row["skipped"] = await ctx.memory.store.read(partial(readers.skipped_files, prefix=prefix))
+        async with ctx.memory.store.reading() as reader:
+            row["skipped"] = await reader.skipped_files(prefix)
         row["last_scan"] = ctx.scheduler.last_scan.get(source.path)
         out.append(row)
     return out
@@ -96,14 +98,14 @@ async def forget_path(ctx: Context, params: Params, progress: Progress) -> Any:
     ctx.scheduler.admission.forgotten.add(pattern)
     only = ForgottenPaths([pattern])
     prefix = fixed_prefix(pattern)
-    docs = await store.read(lambda c: readers.documents(c, prefix, 10**9))
+    docs = await store.read(lambda c: c.documents(prefix, 10**9))
     matched = [doc.source for doc in docs if only.match(doc.source)]
     removed: list[str] = []
     for start in range(0, len(matched), FORGET_BATCH):
         batch = matched[start : start + FORGET_BATCH]
 
-        async def drop(conn: Any, batch: list[str] = batch) -> list[str]:
-            return [s for s in batch if await writer.delete_document(conn, s)]
+        async def drop(conn: Writer, batch: list[str] = batch) -> list[str]:
+            return [s for s in batch if await conn.delete_document(s)]
 
         removed += await store.write(drop)
     return {

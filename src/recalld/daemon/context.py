@@ -25,14 +25,12 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recalld.daemon.jobs import Job, Work
 from recalld.daemon.params import InvalidParams, Params
 from recalld.projects import elsewhere
-from recalld.storage import projects
 from recalld.types import Chunk, Filters
 
 if TYPE_CHECKING:
@@ -128,13 +126,11 @@ def pack_sections(
 async def _start(ctx: Context, project: str | None, budget: int, seen: set[int]) -> dict[str, Any]:
     memory = ctx.memory
     scope = Filters(granularities=("memory", "fact"), project=project)
-    candidates = await memory.store.read(
-        lambda c: projects.recent_chunks(c, scope, START_CANDIDATES)
-    )
+    candidates = await memory.store.read(lambda c: c.recent_chunks(scope, START_CANDIDATES))
     candidates = [c for c in candidates if c.status == "active" and c.id not in seen]
     own: set[str] = set()
     if project is not None:
-        own = await memory.store.read(partial(projects.sources_of, project=project))
+        own = await memory.store.read(lambda r: r.sources_of(project=project))
     mine = [c for c in candidates if c.granularity == "memory" and c.source in own]
     preferences = [c for c in candidates if c.memory_type == "preference"]
     decisions = [c for c in candidates if DECISION.search(c.text)]
@@ -171,7 +167,7 @@ async def _prompt(
     ]
     if project is not None:
         owners = await memory.store.read(
-            partial(projects.projects_of, sources=sorted({c.source for c in confident}))
+            lambda r: r.projects_of(sources=sorted({c.source for c in confident}))
         )
         confident = [c for c in confident if owners.get(c.source, project) == project]
         confident = await asyncio.to_thread(
@@ -216,9 +212,7 @@ def _capture_work(ctx: Context, path: Path, project: str | None) -> Work:
         try:
             while True:
                 sessions.again.discard(key)
-                await ctx.memory.store.write(
-                    partial(projects.set_project, source=key, project=project)
-                )
+                await ctx.memory.store.write(lambda r: r.set_project(source=key, project=project))
                 last = (await ctx.scheduler.ingest_now(path, report)).as_dict()
                 reads += 1
                 if key not in sessions.again:

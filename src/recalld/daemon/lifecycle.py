@@ -43,7 +43,6 @@ from recalld.ingest.scheduler import Scheduler
 from recalld.ingest.watcher import PathFilter, Watcher
 from recalld.masking import mask
 from recalld.storage import forgotten as stored_forgotten
-from recalld.storage import readers
 from recalld.storage.connection import UNREADABLE, damaged_error
 
 logger = logging.getLogger(__name__)
@@ -287,7 +286,7 @@ class Server:
         counts = await self.memory.counts()
         if not counts.get("partial_documents"):
             return
-        docs = await self.memory.store.read(lambda c: readers.documents(c, "/", 10**9))
+        docs = await self.memory.store.read(lambda c: c.documents("/", 10**9))
         for doc in docs:
             if doc.state == "partial" and self.scheduler.source_for(Path(doc.source)) is None:
                 logger.info("re-ingesting partial document %s", doc.source)

@@ -11,12 +11,10 @@ import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from recalld.daemon.params import InvalidParams, Params
 from recalld.errors import NotFoundError
-from recalld.storage import readers
 from recalld.storage.history import MemoryEdit
 from recalld.storage.links import RELATIONS
 from recalld.types import MEMORY_TYPES, Filters
@@ -116,7 +114,8 @@ async def forget_confirmed(ctx: Context, token: str) -> dict[str, Any]:
     forgotten: list[str] = []
     skipped: list[str] = []
     for source, document_id in ctx.forgets.take(token):
-        doc = await ctx.memory.store.read(partial(readers.document_by_source, source=source))
+        async with ctx.memory.store.reading() as reader:
+            doc = await reader.document_by_source(source)
         # A source re-created since the preview is another document: it was not shown.
         if doc is not None and doc.id == document_id and await ctx.memory.forget(source):
             forgotten.append(source)
@@ -142,7 +141,7 @@ async def memories_update(ctx: Context, params: Params, progress: Progress) -> A
     if edit == MemoryEdit():
         raise InvalidParams("pass at least one of text, type, tags, importance, event_time", "text")
     version = await ctx.memory.update(chunk_id, edit)
-    chunk = await ctx.memory.store.read(lambda c: readers.chunks_by_id(c, [chunk_id]))
+    chunk = await ctx.memory.store.read(lambda c: c.chunks_by_id([chunk_id]))
     return {"id": chunk_id, "version": version, "source": chunk[chunk_id].source}
 
 
@@ -151,7 +150,7 @@ async def memories_history(ctx: Context, params: Params, progress: Progress) -> 
     chunk_id = params.integer("id", low=1)
     params.done()
     versions = await ctx.memory.history(chunk_id)
-    chunk = (await ctx.memory.store.read(lambda c: readers.chunks_by_id(c, [chunk_id])))[chunk_id]
+    chunk = (await ctx.memory.store.read(lambda c: c.chunks_by_id([chunk_id])))[chunk_id]
     return {
         "id": chunk_id,
         "version": len(versions) + 1,

@@ -18,7 +18,6 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +35,7 @@ from recalld.errors import ConfigError, NotFoundError, RecalldError
 from recalld.ingest.watcher import SOURCE_KINDS
 from recalld.projects import elsewhere
 from recalld.retrieval.search import MODES
-from recalld.storage import check, projects, readers, repair
+from recalld.storage import check, repair
 from recalld.storage.connection import UNREADABLE, damaged_error, is_damaged
 from recalld.storage.guard import is_disk_full, os_disk_full_error, write_state
 from recalld.types import MEMORY_TYPES, Chunk, Hit
@@ -213,13 +212,11 @@ async def remember(ctx: Context, params: Params, progress: Progress) -> Any:
     )
     # Every remember says where the memory belongs, so the same text remembered globally
     # after a project's becomes global (issue 21).
-    await ctx.memory.store.write(
-        partial(projects.set_project, source=report.source, project=project)
-    )
+    await ctx.memory.store.write(lambda r: r.set_project(source=report.source, project=project))
     ids: list[Chunk] = []
     if report.document_id is not None:
         doc_id = report.document_id
-        ids = await ctx.memory.store.read(lambda c: readers.neighbours(c, doc_id, 0, 0))
+        ids = await ctx.memory.store.read(lambda c: c.neighbours(doc_id, 0, 0))
     return {
         "id": ids[0].id if ids else None,
         "source": report.source,
@@ -286,7 +283,7 @@ async def sources_remove(ctx: Context, params: Params, progress: Progress) -> An
     forgotten = 0
     if forget_documents:
         prefix = os.fspath(source.path) + os.sep
-        for doc in await ctx.memory.store.read(lambda c: readers.documents(c, prefix, 10**9)):
+        for doc in await ctx.memory.store.read(lambda c: c.documents(prefix, 10**9)):
             forgotten += int(await ctx.memory.forget(doc.source))
     return {**source_dict(source), "forgotten": forgotten}
 
@@ -319,8 +316,8 @@ async def status(ctx: Context, params: Params, progress: Progress) -> Any:
         "queues": depths,
         "pending": sum(depths.values()),
         "errors": counts.get("errors", 0),
-        "redacted_chunks": await memory.store.read(readers.redacted_chunks),
-        "skipped": await memory.store.read(readers.skipped_files),
+        "redacted_chunks": await memory.store.read(lambda r: r.redacted_chunks()),
+        "skipped": await memory.store.read(lambda r: r.skipped_files()),
         "ingested": ctx.scheduler.totals.as_dict(),
         "reindex": memory.reindexer.status(),
         "last_reindex": memory.reindexer.last,
@@ -340,7 +337,7 @@ async def errors_list(ctx: Context, params: Params, progress: Progress) -> Any:
     """The most recent ingest errors."""
     limit = params.integer("limit", 100, low=1, high=10_000)
     params.done()
-    return {"errors": await ctx.memory.store.read(lambda c: readers.errors(c, limit))}
+    return {"errors": await ctx.memory.store.read(lambda c: c.errors(limit))}
 
 
 async def admin_check(ctx: Context, params: Params, progress: Progress) -> Any:

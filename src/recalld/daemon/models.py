@@ -11,7 +11,7 @@ from recalld.daemon.params import Params
 from recalld.embeddings import catalog, tuned
 from recalld.errors import ReindexError
 from recalld.extras import require
-from recalld.storage import readers
+from recalld.storage.contract import Reader
 
 if TYPE_CHECKING:
     from recalld.daemon.methods import Context
@@ -48,8 +48,8 @@ async def models_list(ctx: Context, params: Params, progress: Progress) -> Any:
     }
 
 
-async def _spec(conn: Any) -> str | None:
-    rows = await readers.fetchall(conn, "SELECT value FROM meta WHERE key = 'model_spec'")
+async def _spec(conn: Reader) -> str | None:
+    rows = await conn.fetchall("SELECT value FROM meta WHERE key = 'model_spec'")
     return str(rows[0][0]) if rows else None
 
 

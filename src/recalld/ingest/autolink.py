@@ -8,7 +8,7 @@ For each new fact or memory (`links.granularities`) of a document:
 - those at or above `links.supersede_similarity` are knowledge-update candidates: when the
   detector (the rule in `supersede.py`, or the LLM) says the newer one states a new value
   for the same subject and attribute, it gets a `supersedes` link, which marks the older one
-  `superseded` in the same transaction (`storage.links.refresh_status`).
+  `superseded` in the same transaction (`Writer.refresh_link_status`).
 
 Parent and temporal links need no search; the writer makes them from the chunks themselves.
 """
@@ -19,7 +19,6 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -28,8 +27,8 @@ from recalld.config import LinkSettings
 from recalld.errors import IngestError
 from recalld.ingest import supersede
 from recalld.ingest.supersede_llm import LLMSupersessionDetector
-from recalld.storage import readers
 from recalld.storage.connection import OperationalError
+from recalld.storage.contract import Reader
 from recalld.storage.store import Store
 from recalld.storage.writer import AutoLink
 from recalld.types import ChunkDraft, Filters
@@ -175,11 +174,11 @@ class AutoLinker:
         async with self.store.reading() as conn:
             if self.store.dimension != dimension:
                 return None
-            if await readers.chunk_total(conn) == 0:
+            if await conn.chunk_total() == 0:
                 return {i: [] for i in picked}
             for gran in sorted({drafts[i].granularity for i in picked}):
                 rows = [i for i in picked if drafts[i].granularity == gran]
-                stored = await readers.granularity_vectors(conn, gran, document_id, EXACT_BELOW)
+                stored = await conn.granularity_vectors(gran, document_id, EXACT_BELOW)
                 if stored is not None and len(stored[0]) and stored[1].shape[-1] != dimension:
                     return None
                 if stored is not None:
@@ -193,7 +192,7 @@ class AutoLinker:
                     assert vector is not None
                     found[i] = await self._knn(conn, vector, gran, k)
             ids = sorted({cid for hits in found.values() for cid, _ in hits})
-            chunks = await readers.chunks_by_id(conn, ids)
+            chunks = await conn.chunks_by_id(ids)
         out: dict[int, list[_Candidate]] = {}
         for i, hits in found.items():
             out[i] = [
@@ -207,18 +206,18 @@ class AutoLinker:
         return out
 
     async def _knn(
-        self, conn: Any, vector: npt.NDArray[np.float32], granularity: str, k: int
+        self, conn: Reader, vector: npt.NDArray[np.float32], granularity: str, k: int
     ) -> list[tuple[int, float]]:
         if not self._unfiltered:
             try:
-                return await readers.knn(conn, vector, k, Filters(granularities=(granularity,)))
+                return await conn.knn(vector, k, Filters(granularities=(granularity,)))
             except OperationalError as exc:
                 # Seen once on a 7k-chunk store under bench ingest: sqlite-vec 0.1 failed to
                 # open a metadata chunk ("Could not open metadata blob"). Links are a bonus:
                 # search unfiltered (wider, then filtered here) rather than fail the ingest.
                 logger.warning("filtered KNN failed (%s); auto links search unfiltered", exc)
                 self._unfiltered = True
-        return await readers.knn(conn, vector, k * _WIDEN, Filters())
+        return await conn.knn(vector, k * _WIDEN, Filters())
 
     def _within(
         self,

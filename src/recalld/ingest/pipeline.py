@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import numpy as np
 
@@ -41,7 +41,8 @@ from recalld.ingest.autolink import AutoLinker
 from recalld.ingest.facts_llm import LLMFactExtractor
 from recalld.ingest.supersede_llm import LLMSupersessionDetector
 from recalld.safe_io import call_with_timeout, open_regular
-from recalld.storage import history, readers, writer
+from recalld.storage import history, writer
+from recalld.storage.contract import Writer
 from recalld.storage.importer import Redact
 from recalld.storage.store import Store
 from recalld.types import MEMORY_TYPES, ChunkDraft
@@ -299,7 +300,8 @@ class Ingestor:
         first_error: RecalldError | None = None
         for index, (source, name, data, mtime, size) in enumerate(items):
             digest = content_hash(data)
-            stored = await self.store.read(partial(readers.document_by_source, source=source))
+            async with self.store.reading() as reader:
+                stored = await reader.document_by_source(source)
             if stored and stored.content_hash == digest and stored.state == "complete":
                 reports[index] = IngestReport(source, "unchanged", stored.id, stored.chunk_count)
                 continue
@@ -371,11 +373,13 @@ class Ingestor:
         todo: list[tuple[int, int, ChunkDraft]] = []
         stored_ids: dict[int, int] = {}
         for d_index, doc in enumerate(docs):
-            stored = await self.store.read(partial(readers.document_by_source, source=doc.source))
+            async with self.store.reading() as reader:
+                stored = await reader.document_by_source(doc.source)
             known: dict[str, str] = {}
             if stored is not None:
                 stored_ids[d_index] = stored.id
-                known = await self.store.read(partial(readers.chunk_keys, document_id=stored.id))
+                async with self.store.reading() as reader:
+                    known = await reader.chunk_keys(stored.id)
             for c_index, draft in enumerate(doc.parsed.chunks):
                 if known.get(draft.key) != writer.chunk_hash(draft):
                     todo.append((d_index, c_index, draft))
@@ -409,14 +413,14 @@ class Ingestor:
             )
 
             async def write(
-                conn: object, row: writer.NewDocument = row, chunks: list[writer.NewChunk] = chunks
+                conn: Writer, row: writer.NewDocument = row, chunks: list[writer.NewChunk] = chunks
             ) -> int:
                 if self.store.model_changed(version):
                     raise _ModelChanged
-                doc_id = await writer.replace_document(
-                    conn, row, chunks, structure_links=self.linker.settings.auto
+                doc_id = await conn.replace_document(
+                    row, chunks, structure_links=self.linker.settings.auto
                 )
-                await writer.clear_errors(conn, row.source)
+                await conn.clear_errors(row.source)
                 return doc_id
 
             try:
@@ -524,7 +528,7 @@ class Ingestor:
         """
         if edit.memory_type is not None:
             check_memory_type(edit.memory_type)
-        found = await self.store.read(partial(readers.chunks_by_id, ids=[chunk_id]))
+        found = await self.store.read(lambda r: r.chunks_by_id(ids=[chunk_id]))
         chunk = found.get(chunk_id)
         if chunk is None or chunk.kind != "memory":
             raise NotFoundError(
@@ -559,11 +563,10 @@ class Ingestor:
         digest = content_hash(text.encode())
         edit = replace(edit, text=text)
 
-        async def write(conn: Any) -> int:
+        async def write(conn: Writer) -> int:
             if vector is not None and self.store.model_changed(version):
                 raise _ModelChanged
-            return await history.update_memory(
-                conn,
+            return await conn.update_memory(
                 chunk_id,
                 edit,
                 source=f"{MEMORY_PREFIX}{digest[:16]}",
@@ -582,7 +585,7 @@ class Ingestor:
 
     async def forget(self, source: str) -> bool:
         """Remove a document or memory. Returns whether it existed."""
-        return await self.store.write(lambda c: writer.delete_document(c, source))
+        return await self.store.write(lambda c: c.delete_document(source))
 
     async def _record_error(self, source: str, error: RecalldError) -> None:
         logger.warning("cannot ingest %s: %s", source, error.message)
@@ -604,7 +607,7 @@ def check_memory_type(memory_type: str) -> None:
         )
 
 
-async def replace_error(conn: Any, source: str, error_type: str, message: str) -> None:
+async def replace_error(conn: Writer, source: str, error_type: str, message: str) -> None:
     """Record why a source failed, in place of its earlier errors: a file that fails at every
     event or scan is listed once, with its latest reason.
 
@@ -613,6 +616,6 @@ async def replace_error(conn: Any, source: str, error_type: str, message: str) -
     created, then refused once it grew past the size limit, used to be both, and search
     kept answering with content the file no longer had).
     """
-    await writer.delete_document(conn, source)
-    await writer.clear_errors(conn, source)
-    await writer.record_error(conn, source, error_type, message)
+    await conn.delete_document(source)
+    await conn.clear_errors(source)
+    await conn.record_error(source, error_type, message)

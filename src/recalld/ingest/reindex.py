@@ -18,12 +18,15 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from functools import partial
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from recalld.embeddings.base import Embedder
 from recalld.errors import RecalldError, ReindexError
 from recalld.storage import reindex
+from recalld.storage.contract import Writer
 from recalld.storage.store import Store
 
 logger = logging.getLogger(__name__)
@@ -98,7 +101,7 @@ class Reindexer:
             return await self._start(spec)
 
     async def _start(self, spec: str) -> dict[str, Any]:
-        current = await self.store.read(reindex.read_state)
+        current = await self.store.read(lambda r: r.reindex_state())
         if current is not None and current.spec == spec:
             await self._resume()
             return self.status() or {}
@@ -118,7 +121,7 @@ class Reindexer:
             )
         if current is None:
             model_id, dimension = embedder.model_id, embedder.dimension
-            state = await self.store.write(lambda c: reindex.begin(c, spec, model_id, dimension))
+            state = await self.store.write(lambda c: c.begin_reindex(spec, model_id, dimension))
             logger.info("reindex to %s (%d dims) started", model_id, dimension)
         else:
             state = current  # the same model under another spelling: resume it
@@ -137,7 +140,7 @@ class Reindexer:
     async def _resume(self) -> dict[str, Any] | None:
         if self.running:
             return self.status()
-        state = await self.store.read(reindex.read_state)
+        state = await self.store.read(lambda r: r.reindex_state())
         if state is None:
             return None
         try:
@@ -170,10 +173,10 @@ class Reindexer:
         if self.task is not None and not self.task.done():
             self.task.cancel()
             await asyncio.gather(self.task, return_exceptions=True)
-        state = await self.store.read(reindex.read_state)
+        state = await self.store.read(lambda r: r.reindex_state())
         if state is None:
             raise ReindexError("no reindex is in progress; nothing to cancel")
-        dropped = await self.store.write(reindex.cancel)
+        dropped = await self.store.write(lambda r: r.cancel_reindex())
         if self._embedder is not None:
             await _close(self._embedder)
         self._reset()
@@ -297,9 +300,10 @@ class Reindexer:
             # Counting is a scan of both tables: once a pass and every few seconds, not per
             # batch (a million chunks are 30k batches).
             if after == 0 or time.monotonic() - counted > COUNT_EVERY_S:
-                self._done, self._total = await self.store.read(reindex.progress)
+                self._done, self._total = await self.store.read(lambda r: r.reindex_progress())
                 counted = time.monotonic()
-            batch = await self.store.read(partial(reindex.missing, after=after, limit=self.batch))
+            async with self.store.reading() as reader:
+                batch = await reader.reindex_missing(after, self.batch)
             if not batch:
                 if after == 0:
                     return
@@ -307,26 +311,28 @@ class Reindexer:
                 continue
             ids = [cid for cid, _ in batch]
             matrix = await asyncio.to_thread(embedder.embed, [text for _, text in batch])
-            staged = await asyncio.shield(
-                self.store.write(
-                    partial(reindex.stage, chunk_ids=ids, matrix=matrix, model_id=state.model_id)
-                )
-            )
+
+            async def stage(
+                w: Writer, ids: list[int] = ids, matrix: npt.NDArray[np.float32] = matrix
+            ) -> int:
+                return await w.stage_vectors(ids, matrix, state.model_id)
+
+            staged = await asyncio.shield(self.store.write(stage))
             self._embedded += len(ids)
             self._done += staged
             after = ids[-1]
 
     async def _swap(self, state: reindex.ReindexState, embedder: Embedder) -> int:
-        async def final(conn: Any) -> int:
-            late = await reindex.missing(conn, 0, CATCHUP_MAX + 1)
+        async def final(conn: Writer) -> int:
+            late = await conn.reindex_missing(0, CATCHUP_MAX + 1)
             if len(late) > CATCHUP_MAX:
                 raise _TooManyLeft
             if late:
                 ids = [cid for cid, _ in late]
                 matrix = await asyncio.to_thread(embedder.embed, [t for _, t in late])
-                await reindex.stage(conn, ids, matrix, state.model_id)
+                await conn.stage_vectors(ids, matrix, state.model_id)
                 self._embedded += len(ids)
-            count = await reindex.swap(conn, state)
+            count = await conn.swap_model(state)
             # From here until `end_switch` a search that overlapped the commit starts again.
             self.store.begin_switch()
             return count

@@ -56,7 +56,7 @@ from recalld.ingest.pipeline import (
 )
 from recalld.ingest.watcher import FileState, PathFilter, WatchedSource, accepts, walk
 from recalld.safe_io import NotRegularFile, call_with_timeout, open_regular
-from recalld.storage import readers, writer
+from recalld.storage.contract import Writer
 from recalld.types import Document
 
 logger = logging.getLogger(__name__)
@@ -214,7 +214,7 @@ def _unchanged(doc: Document | None, mtime: float, size: int) -> bool:
     )
 
 
-async def _claim_space(conn: Any) -> None:
+async def _claim_space(conn: Writer) -> None:
     # Committed, so SQLite must find the pages on disk (a rolled-back write never does).
     await conn.execute(
         "INSERT OR REPLACE INTO meta (key, value) VALUES ('space_probe', zeroblob(?))",
@@ -222,7 +222,7 @@ async def _claim_space(conn: Any) -> None:
     )
 
 
-async def _release_space(conn: Any) -> None:
+async def _release_space(conn: Writer) -> None:
     await conn.execute("DELETE FROM meta WHERE key = 'space_probe'")
 
 
@@ -459,9 +459,7 @@ class Scheduler:
         kind = source.kind if source else "auto"
         prefix = os.fspath(root)
         stored: dict[str, tuple[float | None, int | None, str]] = {}
-        for doc in await self.ingestor.store.read(
-            lambda c: readers.documents(c, prefix, _MAX_DOCUMENTS)
-        ):
+        for doc in await self.ingestor.store.read(lambda c: c.documents(prefix, _MAX_DOCUMENTS)):
             if doc.source == prefix or doc.source.startswith(prefix.rstrip(os.sep) + os.sep):
                 stored[doc.source] = (doc.mtime, doc.size, doc.state)
         queued = seen = 0
@@ -801,15 +799,13 @@ class Scheduler:
                 report.add(single)
 
     async def _document(self, source: str) -> Document | None:
-        return await self.ingestor.store.read(lambda c: readers.document_by_source(c, source))
+        return await self.ingestor.store.read(lambda c: c.document_by_source(source))
 
     async def _documents_under(self, prefix: str) -> list[Document]:
-        return await self.ingestor.store.read(
-            lambda c: readers.documents(c, prefix, _MAX_DOCUMENTS)
-        )
+        return await self.ingestor.store.read(lambda c: c.documents(prefix, _MAX_DOCUMENTS))
 
     async def _move(self, old: str, new: str) -> bool:
-        return await self.ingestor.store.write(lambda c: writer.move_document(c, old, new))
+        return await self.ingestor.store.write(lambda c: c.move_document(old, new))
 
     def _count(self, report: BatchReport, result: IngestReport) -> None:
         report.chunks += result.chunks
@@ -828,7 +824,7 @@ class Scheduler:
     async def _note_failure(self, report: BatchReport, source: str) -> None:
         report.failed += 1
         if len(report.errors) < MAX_REPORTED_ERRORS:
-            rows = await self.ingestor.store.read(lambda c: readers.errors(c, 50))
+            rows = await self.ingestor.store.read(lambda c: c.errors(50))
             match = next((r for r in rows if r["source"] == source), None)
             report.errors.append(
                 {

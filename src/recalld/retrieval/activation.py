@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from recalld.storage import links
 from recalld.storage.links import Link
 from recalld.storage.store import Store
 from recalld.types import Filters
@@ -54,7 +53,7 @@ async def spread(
 
     Args:
         seeds: Starting activations.
-        edges: Every link touching a set of chunks (`storage.links.touching` on a reader).
+        edges: Every link touching a set of chunks (`Reader.links_touching`).
         hops: How far activation travels.
         decay: Factor per hop.
 
@@ -127,12 +126,12 @@ async def activate(
     async with store.reading() as conn:
 
         async def edges(ids: Sequence[int]) -> Sequence[Link]:
-            return await links.touching(conn, ids)
+            return await conn.links_touching(ids)
 
         reached = await spread(seed_acts, edges, hops, decay)
         # Candidates already passed the filters; chunks new to the search must pass them too.
         new = sorted(c for c in reached if c not in fused)
-        kept = await links.matching(conn, new, filters) if new else set()
+        kept = await conn.chunks_matching(new, filters) if new else set()
         reached = {c: r for c, r in reached.items() if c in fused or c in kept}
     new_order, scores = merge(order, fused, reached)
     return new_order, scores, reached

@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recalld.storage import readers
 from recalld.storage.store import Store
 
 
@@ -74,13 +73,13 @@ async def complete(
     need_vector = [c for c in keyword if c not in similarity] if query_vector is not None else []
     need_keyword = [c for c in similarity if c not in keyword]
     if need_vector:
-        vectors = await store.read(lambda c: readers.vectors_by_id(c, need_vector, store.dimension))
+        vectors = await store.read(lambda c: c.vectors_by_id(need_vector, store.dimension))
         assert query_vector is not None
         found = cosines(query_vector, vectors)
         sim.update(found)
         filled["vector"] = set(found)
     if need_keyword and expression:
-        found = await store.read(lambda c: readers.keyword_scores(c, expression, need_keyword))
+        found = await store.read(lambda c: c.keyword_scores(expression, need_keyword))
         for cid in need_keyword:
             kw[cid] = found.get(cid, 0.0)
         filled["bm25"] = set(need_keyword)

@@ -37,7 +37,6 @@ from recalld.retrieval import (
     temporal,
 )
 from recalld.retrieval.timeparse import TimeIntent, parse
-from recalld.storage import readers
 from recalld.storage.fts import match_expression, query_terms, quote_term
 from recalld.storage.store import Store
 from recalld.types import NO_FILTERS, Filters, Hit, SearchResult
@@ -109,7 +108,7 @@ class Searcher:
         # between awaits: each works on the dict it began with (issue 6, found under load).
         generation = self.store.generation
         if generation > self._df_generation:
-            total = await self.store.read(readers.chunk_total)
+            total = await self.store.read(lambda r: r.chunk_total())
             if generation > self._df_generation:
                 self._df_cache, self._df_generation, self._total = {}, generation, total
         cache, total = self._df_cache, self._total
@@ -117,7 +116,7 @@ class Searcher:
         missing = [t for t in terms if t.lower() not in found]
         if missing:
             expressions = [quote_term(t) for t in missing]
-            counts = await self.store.read(lambda c: readers.document_frequencies(c, expressions))
+            counts = await self.store.read(lambda c: c.document_frequencies(expressions))
             for term, count in zip(missing, counts, strict=True):
                 found[term.lower()] = cache[term.lower()] = count
         return [found[t.lower()] for t in terms], total
@@ -195,14 +194,14 @@ class Searcher:
             self._embedding_down = False
             timings["embed_ms"] = (time.perf_counter() - t0) * 1000
             t1 = time.perf_counter()
-            hits = await self.store.read(lambda c: readers.knn(c, vector, pool, recall_filters))
+            hits = await self.store.read(lambda c: c.knn(vector, pool, recall_filters))
             timings["vector_ms"] = (time.perf_counter() - t1) * 1000
             return hits
 
         async def keyword_route() -> list[tuple[int, float]]:
             t0 = time.perf_counter()
             expr = match_expression(terms)
-            hits = await self.store.read(lambda c: readers.fts(c, expr, pool, recall_filters))
+            hits = await self.store.read(lambda c: c.fts(expr, pool, recall_filters))
             timings["bm25_ms"] = (time.perf_counter() - t0) * 1000
             return hits
 
@@ -274,7 +273,7 @@ class Searcher:
                 opts.activation_hops,
                 opts.activation_decay,
             )
-        chunks = await self.store.read(lambda c: readers.chunks_by_id(c, order))
+        chunks = await self.store.read(lambda c: c.chunks_by_id(order))
         order = [c for c in order if c in chunks]
         final_scores = dict(fused)
         factor_detail: dict[int, dict[str, float]] = {}
@@ -314,9 +313,7 @@ class Searcher:
         if opts.dedup:
             order = diversity.dedup(order, {c: chunks[c].text for c in order})
         if opts.mmr and len(order) > limit:
-            vectors = await self.store.read(
-                lambda c: readers.vectors_by_id(c, order, self.store.dimension)
-            )
+            vectors = await self.store.read(lambda c: c.vectors_by_id(order, self.store.dimension))
             order = diversity.mmr(order, final_scores, vectors, opts.mmr_lambda, limit)
         order = order[:limit]
         timings["rank_ms"] = (time.perf_counter() - t0) * 1000
@@ -432,7 +429,7 @@ class Searcher:
         """The IDF-weighted share of the query the best keyword hit contains (0 to 1)."""
         top = kw_hits[0][0]
         expressions = [quote_term(t) for t in terms]
-        matched = await self.store.read(lambda c: readers.matched_terms(c, top, expressions))
+        matched = await self.store.read(lambda c: c.matched_terms(top, expressions))
         return fusion.idf_coverage(dfs, matched, total)
 
     async def _time_intent(
@@ -443,7 +440,7 @@ class Searcher:
             return None, None  # most queries: no anchor to look up
         # "Now" is the latest event in the searched scope (a 2023 chat's "last week" is in
         # 2023), never later than the wall clock.
-        latest = await self.store.read(lambda c: readers.latest_event_time(c, filters))
+        latest = await self.store.read(lambda c: c.latest_event_time(filters))
         anchor = min(latest, time.time()) if latest is not None else time.time()
 
         async def find_event(phrase: str) -> float | None:
@@ -460,7 +457,7 @@ class Searcher:
     async def _pack(self, hits: list[Hit], budget: int) -> tuple[list[Hit], dict[str, Any]]:
         """Pack the hits to `budget` tokens, with their parent as context for fact hits."""
         parent_ids = [h.chunk.parent_id for h in hits if h.chunk.parent_id is not None]
-        parents = await self.store.read(lambda c: readers.chunks_by_id(c, parent_ids))
+        parents = await self.store.read(lambda c: c.chunks_by_id(parent_ids))
         return await asyncio.to_thread(
             packing.pack, hits, budget, packing.token_counter(self.embedder), parents
         )
@@ -471,11 +468,11 @@ class Searcher:
             for hit in hits:
                 chunk = hit.chunk
                 if chunk.parent_id is not None:
-                    parent = await readers.chunks_by_id(conn, [chunk.parent_id])
+                    parent = await conn.chunks_by_id([chunk.parent_id])
                     if chunk.parent_id in parent:
                         hit.context = parent[chunk.parent_id].text
                         hit.explain["expanded"] = {"parent": chunk.parent_id}
                     continue
-                around = await readers.neighbours(conn, chunk.document_id, chunk.position, window)
+                around = await conn.neighbours(chunk.document_id, chunk.position, window)
                 hit.context = "\n\n".join(c.text for c in around)
                 hit.explain["expanded"] = {"neighbours": [c.id for c in around if c.id != chunk.id]}

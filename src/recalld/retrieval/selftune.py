@@ -31,7 +31,6 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -40,7 +39,7 @@ import numpy.typing as npt
 from recalld.config import SearchSettings
 from recalld.embeddings.base import Embedder
 from recalld.retrieval import completion, fusion
-from recalld.storage import readers, writer
+from recalld.storage.contract import Reader
 from recalld.storage.fts import match_expression, query_terms, quote_term
 from recalld.storage.store import Store
 from recalld.types import Chunk, Filters
@@ -177,7 +176,7 @@ def family_of(settings: SearchSettings) -> str:
 
 async def load(store: Store) -> StoreTuning | None:
     """The calibration recorded in the store, or None (none yet, or from another version)."""
-    raw = await store.read(lambda c: readers.meta_value(c, META_KEY))
+    raw = await store.read(lambda c: c.meta_value(META_KEY))
     if raw is None:
         return None
     try:
@@ -277,12 +276,12 @@ async def _candidates(
     expression = match_expression(terms)
     scope = Filters(kinds=(query.kind,))
 
-    async def routes(conn: Any) -> tuple[Any, Any, list[int], list[bool]]:
-        vec = await readers.knn(conn, vector, pool, scope)
-        kw = await readers.fts(conn, expression, pool, scope)
-        dfs = [await readers.document_frequency(conn, quote_term(t)) for t in terms]
+    async def routes(conn: Reader) -> tuple[Any, Any, list[int], list[bool]]:
+        vec = await conn.knn(vector, pool, scope)
+        kw = await conn.fts(expression, pool, scope)
+        dfs = [await conn.document_frequency(quote_term(t)) for t in terms]
         quoted = [quote_term(t) for t in terms]
-        matched = await readers.matched_terms(conn, kw[0][0], quoted) if kw else []
+        matched = await conn.matched_terms(kw[0][0], quoted) if kw else []
         return vec, kw, dfs, matched
 
     vec_hits, kw_hits, dfs, matched = await store.read(routes)
@@ -348,16 +347,15 @@ async def pseudo_queries(
     if kind == "memory":
         return []
     picked_ids = sorted(rng.sample(list(ids), min(len(ids), count * 2)))
-    picked = await store.read(lambda c: readers.chunks_by_id(c, picked_ids))
+    picked = await store.read(lambda c: c.chunks_by_id(picked_ids))
     by_doc: dict[int, list[Chunk]] = {}
     for cid in picked_ids:
         if cid in picked:
             by_doc.setdefault(picked[cid].document_id, []).append(picked[cid])
     out: list[PseudoQuery] = []
     for doc_id, chunks in by_doc.items():
-        whole = await store.read(
-            partial(readers.neighbours, document_id=doc_id, position=0, window=10**9)
-        )
+        async with store.reading() as reader:
+            whole = await reader.neighbours(doc_id, 0, 10**9)
         if kind == "conversation":
             units = [c for c in chunks if c.granularity in ("round", "window")]
             out.extend(conversation_queries(whole, units, rng))
@@ -391,7 +389,7 @@ async def calibrate(
             socket method forwards it, which keeps a waiting client's read alive).
     """
     started = time.perf_counter()
-    by_kind = await store.read(readers.chunk_ids_by_kind)
+    by_kind = await store.read(lambda r: r.chunk_ids_by_kind())
     total = sum(len(v) for v in by_kind.values())
     prior = family_of(base)
     kinds: dict[str, KindChoice] = {}
@@ -440,4 +438,4 @@ async def calibrate(
 async def record(store: Store, tuning: StoreTuning) -> None:
     """Write the calibration into the store's `meta`."""
     value = json.dumps(tuning.as_dict(), sort_keys=True)
-    await store.write(lambda c: writer.set_meta(c, META_KEY, value))
+    await store.write(lambda c: c.set_meta(META_KEY, value))

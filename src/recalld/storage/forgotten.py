@@ -8,15 +8,14 @@ import json
 import time
 from typing import Any
 
-from recalld.storage.readers import fetchall
+from recalld.storage.contract import Reader, Writer
 
 PREFIX = "forgotten:"
 
 
-async def entries(conn: Any) -> list[dict[str, Any]]:
+async def entries(reader: Reader) -> list[dict[str, Any]]:
     """Every forgotten pattern with when it was added, in pattern order."""
-    rows = await fetchall(
-        conn,
+    rows = await reader.fetchall(
         "SELECT key, value FROM meta WHERE key >= ? AND key < ? ORDER BY key",
         (PREFIX, PREFIX + "\U0010ffff"),
     )
@@ -30,19 +29,19 @@ async def entries(conn: Any) -> list[dict[str, Any]]:
     return out
 
 
-async def add(conn: Any, pattern: str) -> None:
+async def add(writer: Writer, pattern: str) -> None:
     """Record `pattern` (inside the caller's write transaction); again is a no-op."""
-    found = await fetchall(conn, "SELECT 1 FROM meta WHERE key = ?", (PREFIX + pattern,))
+    found = await writer.fetchall("SELECT 1 FROM meta WHERE key = ?", (PREFIX + pattern,))
     if not found:
-        await conn.execute(
+        await writer.execute(
             "INSERT INTO meta (key, value) VALUES (?, ?)",
             (PREFIX + pattern, json.dumps({"at": time.time()})),
         )
 
 
-async def remove(conn: Any, pattern: str) -> bool:
+async def remove(writer: Writer, pattern: str) -> bool:
     """Drop `pattern`; returns whether it was there."""
-    found = await fetchall(conn, "SELECT 1 FROM meta WHERE key = ?", (PREFIX + pattern,))
+    found = await writer.fetchall("SELECT 1 FROM meta WHERE key = ?", (PREFIX + pattern,))
     if found:
-        await conn.execute("DELETE FROM meta WHERE key = ?", (PREFIX + pattern,))
+        await writer.execute("DELETE FROM meta WHERE key = ?", (PREFIX + pattern,))
     return bool(found)

@@ -19,7 +19,6 @@ import numpy.typing as npt
 from recalld import limits
 from recalld.errors import IngestError, NotFoundError
 from recalld.storage import readers, vectors
-from recalld.storage.backend import routed
 
 M004_SQL = """
 CREATE TABLE chunk_history (
@@ -74,7 +73,6 @@ async def _fetchall(conn: Any, sql: str, params: Any = ()) -> list[Any]:
         return list(await cursor.fetchall())
 
 
-@routed
 async def current_version(conn: Any, chunk_id: int) -> int:
     """The version number of a memory's current text (1 for a memory never edited)."""
     rows = await _fetchall(
@@ -83,7 +81,6 @@ async def current_version(conn: Any, chunk_id: int) -> int:
     return int(rows[0][0] or 0) + 1
 
 
-@routed
 async def update_memory(
     conn: Any,
     chunk_id: int,
@@ -188,7 +185,6 @@ async def update_memory(
     return version + 1
 
 
-@routed
 async def history_of(conn: Any, chunk_id: int) -> list[dict[str, Any]]:
     """Every earlier version of a memory, oldest first."""
     rows = await _fetchall(

@@ -10,12 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from recalld.storage.backend import routed
-
 _IN_BATCH = 500  # values per `IN (...)` list
 
 
-@routed
 async def stored_documents(conn: Any, sources: Sequence[str]) -> dict[str, tuple[int, str, str]]:
     """`source → (id, content_hash, state)` for those of `sources` that are stored."""
     found: dict[str, tuple[int, str, str]] = {}
@@ -31,7 +28,6 @@ async def stored_documents(conn: Any, sources: Sequence[str]) -> dict[str, tuple
     return found
 
 
-@routed
 async def chunk_ids(conn: Any, doc_ids: Sequence[int]) -> dict[tuple[int, str], int]:
     """`(document id, chunk key) → chunk id` for the chunks of these documents (keys are
     unique within a document)."""
@@ -47,7 +43,6 @@ async def chunk_ids(conn: Any, doc_ids: Sequence[int]) -> dict[tuple[int, str], 
     return found
 
 
-@routed
 async def insert_many(conn: Any, table: str, rows: Sequence[dict[str, Any]]) -> None:
     """Insert rows, one `executemany` per set of columns (an older export may lack some)."""
     groups: dict[tuple[str, ...], list[list[Any]]] = {}
@@ -59,7 +54,6 @@ async def insert_many(conn: Any, table: str, rows: Sequence[dict[str, Any]]) -> 
         await conn.executemany(f'INSERT INTO "{table}" ({names}) VALUES ({marks})', values)
 
 
-@routed
 async def insert_row(conn: Any, table: str, values: dict[str, Any]) -> tuple[int, int]:
     """Insert one row unless it breaks a uniqueness constraint; returns its rowid and how many
     rows were added (0 when one with the same key was there)."""
@@ -71,7 +65,6 @@ async def insert_row(conn: Any, table: str, values: dict[str, Any]) -> tuple[int
     return int(cursor.lastrowid), int(cursor.rowcount)
 
 
-@routed
 async def find_same(conn: Any, table: str, values: dict[str, Any]) -> int | None:
     """The rowid of a row with exactly these values, if one exists (idempotent imports)."""
     where = " AND ".join(f'"{c}" IS ?' for c in values) or "1"
@@ -82,7 +75,6 @@ async def find_same(conn: Any, table: str, values: dict[str, Any]) -> int | None
     return None if row is None else int(row[0])
 
 
-@routed
 async def set_references(
     conn: Any, table: str, column: str, key: str, pairs: Sequence[tuple[int, int]]
 ) -> None:

@@ -39,7 +39,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recalld.storage import import_sql, portable, writer
+from recalld.storage import portable
+from recalld.storage.contract import Writer
 from recalld.storage.import_plan import Plan, plan_import, read_lines
 from recalld.storage.repair import MEMORY_PREFIX, memory_source
 from recalld.storage.store import Store
@@ -168,7 +169,7 @@ class Importer:
         if self.redact is not None:
             await asyncio.to_thread(self._redact_documents, docs)
         sources = [str(doc.row["source"]) for doc in docs]
-        stored = await self.store.read(lambda c: import_sql.stored_documents(c, sources))
+        stored = await self.store.read(lambda c: c.stored_documents(sources))
         wanted = [
             (index, [str(row["text"]) for row, blob in doc.chunks if blob is None])
             for index, doc in enumerate(docs)
@@ -232,14 +233,14 @@ class Importer:
         return "replace" if self.replace or stored[2] != "complete" else "conflict"
 
     async def _write_documents(
-        self, conn: Any, docs: list[_Doc], fresh: dict[int, npt.NDArray[np.float32]]
+        self, conn: Writer, docs: list[_Doc], fresh: dict[int, npt.NDArray[np.float32]]
     ) -> None:
         """Insert (or replace) documents with their chunks, in the caller's transaction."""
         tables = self._tables()
         doc_table, chunk_table = tables[portable.DOCUMENTS], tables[portable.CHUNKS]
         sources = [str(doc.row["source"]) for doc in docs]
         # Decided again inside the transaction: the daemon may have ingested some meanwhile.
-        stored = await import_sql.stored_documents(conn, sources)
+        stored = await conn.stored_documents(sources)
         writing: list[int] = []
         kept: list[int] = []
         for index, doc in enumerate(docs):
@@ -251,13 +252,12 @@ class Importer:
                 self.report.conflicts.append(sources[index])
             else:
                 if action == "replace":
-                    await writer.delete_document(conn, sources[index])
+                    await conn.delete_document(sources[index])
                     self.report.replaced += 1
                 else:
                     self.report.imported += 1
                 writing.append(index)
-        await import_sql.insert_many(
-            conn,
+        await conn.insert_many(
             portable.DOCUMENTS,
             [
                 {
@@ -271,7 +271,7 @@ class Importer:
                 for i in writing
             ],
         )
-        new = await import_sql.stored_documents(conn, [sources[i] for i in writing])
+        new = await conn.stored_documents([sources[i] for i in writing])
         doc_map = self.maps.setdefault(portable.DOCUMENTS, {})
         for index in writing:
             doc_map[int(docs[index].row["id"])] = new[sources[index]][0]
@@ -284,9 +284,9 @@ class Importer:
                 values = self._remap(chunk_table, row, defer=True)
                 assert values is not None  # its document was just mapped
                 chunk_rows.append(values)
-        await import_sql.insert_many(conn, portable.CHUNKS, chunk_rows)
+        await conn.insert_many(portable.CHUNKS, chunk_rows)
         mapped = [docs[i] for i in writing + kept]
-        by_key = await import_sql.chunk_ids(conn, [doc_map[int(d.row["id"])] for d in mapped])
+        by_key = await conn.chunk_ids([doc_map[int(d.row["id"])] for d in mapped])
         chunk_map = self.maps.setdefault(portable.CHUNKS, {})
         for doc in mapped:
             doc_id = doc_map[int(doc.row["id"])]
@@ -300,7 +300,7 @@ class Importer:
         vectors: list[tuple[int, npt.NDArray[np.float32], str, str]] = []
         for index in writing:
             vectors.extend(await self._vectors(docs[index], fresh.get(index), chunk_map))
-        await writer.insert_vectors(conn, vectors)
+        await conn.insert_vectors(vectors)
         self.report.chunks += len(chunk_rows)
 
     async def _vectors(
@@ -334,7 +334,7 @@ class Importer:
         if rows:
             await self.store.write(partial(self._write_rows, rows=rows))
 
-    async def _write_rows(self, conn: Any, rows: list[tuple[str, dict[str, Any]]]) -> None:
+    async def _write_rows(self, conn: Writer, rows: list[tuple[str, dict[str, Any]]]) -> None:
         """Rows of the other tables, each added only when no identical row exists."""
         tables = self._tables()
         referenced = {t for table in tables.values() for t in table.references.values()}
@@ -344,9 +344,9 @@ class Importer:
             if values is None:
                 self.report.skipped[name] = self.report.skipped.get(name, 0) + 1
                 continue
-            new_id = await import_sql.find_same(conn, name, values)
+            new_id = await conn.find_same(name, values)
             if new_id is None:
-                new_id, added = await import_sql.insert_row(conn, name, values)
+                new_id, added = await conn.insert_row(name, values)
                 self.report.rows[name] = self.report.rows.get(name, 0) + added
             if table.surrogate is not None and name in referenced:
                 self.maps.setdefault(name, {})[int(row[table.surrogate])] = new_id
@@ -392,7 +392,7 @@ class Importer:
             values[column] = value
         return values
 
-    async def _resolve(self, conn: Any) -> None:
+    async def _resolve(self, conn: Writer) -> None:
         """Point deferred chunk references at their new ids, where both ends are now mapped."""
         chunk_map = self.maps.get(portable.CHUNKS, {})
         updates: dict[tuple[str, str], list[tuple[int, int]]] = {}
@@ -408,7 +408,7 @@ class Importer:
         for (table, column), pairs in updates.items():
             key = self._tables()[table].surrogate
             assert key is not None
-            await import_sql.set_references(conn, table, column, key, pairs)
+            await conn.set_references(table, column, key, pairs)
         self.deferred = waiting
 
     async def _resolve_deferred(self) -> None:

@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from recalld.storage.backend import routed
 from recalld.storage.readers import filter_sql
 from recalld.types import Filters
 
@@ -55,7 +54,6 @@ def link_dict(row: Sequence[Any]) -> dict[str, Any]:
     }
 
 
-@routed
 async def add(conn: Any, links: Sequence[Link], origin: str = "user") -> int:
     """Insert links (an existing one gets the new weight); both ends must exist.
 
@@ -83,7 +81,6 @@ async def add(conn: Any, links: Sequence[Link], origin: str = "user") -> int:
     return written
 
 
-@routed
 async def remove(conn: Any, src: int, dst: int, relation: str | None = None) -> int:
     """Remove the links from `src` to `dst` (of one relation, or all). Returns how many."""
     sql = "DELETE FROM links WHERE src = ? AND dst = ?"
@@ -97,7 +94,6 @@ async def remove(conn: Any, src: int, dst: int, relation: str | None = None) -> 
     return removed
 
 
-@routed
 async def of(
     conn: Any, chunk_id: int, relation: str | None = None, direction: str = "both"
 ) -> list[dict[str, Any]]:
@@ -114,7 +110,6 @@ async def of(
     return found
 
 
-@routed
 async def touching(conn: Any, chunk_ids: Sequence[int]) -> list[Link]:
     """Every link with either end in `chunk_ids`, for spreading activation."""
     if not chunk_ids:
@@ -131,7 +126,6 @@ async def touching(conn: Any, chunk_ids: Sequence[int]) -> list[Link]:
     return [(int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in rows]
 
 
-@routed
 async def refresh_status(conn: Any, chunk_ids: Iterable[int]) -> None:
     """Set each chunk's status from the `supersedes` / `contradicts` links pointing at it.
 
@@ -152,7 +146,6 @@ async def refresh_status(conn: Any, chunk_ids: Iterable[int]) -> None:
     )
 
 
-@routed
 async def status_targets(conn: Any, chunk_ids: Sequence[int]) -> list[int]:
     """The chunks that `chunk_ids` supersede or contradict (to refresh after deleting them)."""
     if not chunk_ids:
@@ -166,7 +159,6 @@ async def status_targets(conn: Any, chunk_ids: Sequence[int]) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
-@routed
 async def rebuild_structure(conn: Any, document_id: int) -> None:
     """Re-make a document's auto `parent` and `temporal` links from its chunks.
 
@@ -195,7 +187,6 @@ async def rebuild_structure(conn: Any, document_id: int) -> None:
     )
 
 
-@routed
 async def matching(conn: Any, chunk_ids: Sequence[int], filters: Filters) -> set[int]:
     """Which of `chunk_ids` pass a search's filters."""
     where, params = filter_sql(filters)

@@ -1,6 +1,6 @@
 """Browsing the store (`recalld list`): documents, memories and per-source counts, a page at a
-time. The SQL runs on both backends (`PgConn` takes `?` placeholders); the few spellings that
-differ (prefix match, tag match) are chosen here. User text only ever arrives bound.
+time. The SQL runs on both backends (`Reader.fetchall` takes `?` placeholders); the two spellings
+that differ (prefix match, tag match) come from the reader. User text only ever arrives bound.
 """
 
 from __future__ import annotations
@@ -9,8 +9,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from recalld.storage.backend import is_postgres
-from recalld.storage.readers import fetchall
+from recalld.storage.contract import Reader
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,36 +34,20 @@ class ListQuery:
     offset: int = 0
 
 
-def _prefix(conn: Any, column: str, prefixes: tuple[str, ...]) -> tuple[str, list[Any]]:
-    if is_postgres(conn):
-        return " OR ".join([f"starts_with({column}, ?)"] * len(prefixes)), list(prefixes)
-    # A range keeps the index on `source` usable and needs no LIKE escaping.
-    params: list[Any] = []
-    for prefix in prefixes:
-        params += [prefix, prefix + "\U0010ffff"]
-    return " OR ".join([f"({column} >= ? AND {column} < ?)"] * len(prefixes)), params
-
-
-def _tag(conn: Any, chunk: str) -> str:
-    if is_postgres(conn):
-        return f"{chunk}.tags::jsonb @> jsonb_build_array(?::text)"
-    return f"EXISTS (SELECT 1 FROM json_each({chunk}.tags) j WHERE j.value = ?)"
-
-
 def _where(
-    conn: Any, query: ListQuery, *, kind: str, time: str, tag_scope: str
+    reader: Reader, query: ListQuery, *, kind: str, time: str, tag_scope: str
 ) -> tuple[str, list[Any]]:
     clauses: list[str] = []
     params: list[Any] = []
     if query.sources:
-        sql, values = _prefix(conn, "d.source", query.sources)
+        sql, values = reader.prefix_match("d.source", query.sources)
         clauses.append(f"({sql})")
         params += values
     if query.kinds:
         clauses.append(f"{kind} IN ({', '.join('?' * len(query.kinds))})")
         params += list(query.kinds)
     for tag in query.tags:
-        clauses.append(tag_scope.format(tag=_tag(conn, "c")))
+        clauses.append(tag_scope.format(tag=reader.tag_match("c")))
         params.append(tag)
     if query.since is not None:
         clauses.append(f"{time} >= ?")
@@ -75,11 +58,11 @@ def _where(
     return " AND ".join(clauses) or "1 = 1", params
 
 
-async def documents(conn: Any, query: ListQuery) -> tuple[list[dict[str, Any]], int]:
+async def documents(reader: Reader, query: ListQuery) -> tuple[list[dict[str, Any]], int]:
     """A page of documents (memories excluded, skipped files only when `kinds` names
     `skipped`), in source order, and how many match."""
     where, params = _where(
-        conn,
+        reader,
         query,
         kind="d.kind",
         time="d.updated_at",
@@ -88,9 +71,8 @@ async def documents(conn: Any, query: ListQuery) -> tuple[list[dict[str, Any]], 
     where = f"d.kind != 'memory' AND {where}"
     if "skipped" not in query.kinds:  # files no chunker takes: only when asked for
         where = f"d.kind != 'skipped' AND {where}"
-    total = await fetchall(conn, f"SELECT count(*) FROM documents d WHERE {where}", params)
-    rows = await fetchall(
-        conn,
+    total = await reader.fetchall(f"SELECT count(*) FROM documents d WHERE {where}", params)
+    rows = await reader.fetchall(
         "SELECT d.id, d.source, d.kind, d.format, d.state, d.chunk_count, d.created_at, "
         f"d.updated_at, d.size FROM documents d WHERE {where} ORDER BY d.source LIMIT ? OFFSET ?",
         [*params, query.limit, query.offset],
@@ -112,15 +94,14 @@ async def documents(conn: Any, query: ListQuery) -> tuple[list[dict[str, Any]], 
     return items, int(total[0][0])
 
 
-async def memories(conn: Any, query: ListQuery) -> tuple[list[dict[str, Any]], int]:
+async def memories(reader: Reader, query: ListQuery) -> tuple[list[dict[str, Any]], int]:
     """A page of memories, newest first, and how many match."""
     when = "COALESCE(c.event_time, c.created_at)"
-    where, params = _where(conn, query, kind="c.memory_type", time=when, tag_scope="{tag}")
+    where, params = _where(reader, query, kind="c.memory_type", time=when, tag_scope="{tag}")
     where = f"c.kind = 'memory' AND {where}"
     joined = "FROM chunks c JOIN documents d ON d.id = c.document_id"
-    total = await fetchall(conn, f"SELECT count(*) {joined} WHERE {where}", params)
-    rows = await fetchall(
-        conn,
+    total = await reader.fetchall(f"SELECT count(*) {joined} WHERE {where}", params)
+    rows = await reader.fetchall(
         "SELECT c.id, d.source, c.text, c.memory_type, c.tags, c.importance, c.event_time, "
         f"c.created_at, c.status {joined} WHERE {where} ORDER BY {when} DESC, c.id DESC "
         "LIMIT ? OFFSET ?",
@@ -143,14 +124,13 @@ async def memories(conn: Any, query: ListQuery) -> tuple[list[dict[str, Any]], i
     return items, int(total[0][0])
 
 
-async def source_counts(conn: Any, folder: str) -> dict[str, int]:
+async def source_counts(reader: Reader, folder: str) -> dict[str, int]:
     """Documents, chunks and recorded errors under `folder` (a path, without trailing slash)."""
     prefix = (folder.rstrip("/") or "") + "/"
-    docs_where, docs_params = _prefix(conn, "d.source", (prefix,))
-    errors_where, errors_params = _prefix(conn, "e.source", (prefix,))
-    rows = await fetchall(
-        conn,
-        # Skipped files (kind `skipped`, no chunks) are counted apart: `readers.skipped_files`.
+    docs_where, docs_params = reader.prefix_match("d.source", (prefix,))
+    errors_where, errors_params = reader.prefix_match("e.source", (prefix,))
+    # Skipped files (kind `skipped`, no chunks) are counted apart: `Reader.skipped_files`.
+    rows = await reader.fetchall(
         f"SELECT (SELECT count(*) FROM documents d WHERE {docs_where} AND d.kind != 'skipped'), "
         f"(SELECT COALESCE(sum(d.chunk_count), 0) FROM documents d WHERE {docs_where}), "
         f"(SELECT count(*) FROM errors e WHERE {errors_where})",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from recalld.storage.backend import routed
 from recalld.storage.readers import CHUNK_COLUMNS, fetchall, filter_sql, row_to_chunk
 from recalld.types import Chunk, Filters
 
@@ -25,7 +24,6 @@ CREATE INDEX document_projects_project ON document_projects(project);
 """
 
 
-@routed
 async def set_project(conn: Any, source: str, project: str | None) -> None:
     """Record `source`'s project (None: it belongs to no project)."""
     if project is None:
@@ -38,14 +36,12 @@ async def set_project(conn: Any, source: str, project: str | None) -> None:
     )
 
 
-@routed
 async def project_of(conn: Any, source: str) -> str | None:
     """The project recorded for `source`, if any."""
     rows = await fetchall(conn, "SELECT project FROM document_projects WHERE source = ?", (source,))
     return str(rows[0][0]) if rows else None
 
 
-@routed
 async def sources_of(conn: Any, project: str) -> set[str]:
     """The sources recorded under `project`."""
     rows = await fetchall(
@@ -54,7 +50,6 @@ async def sources_of(conn: Any, project: str) -> set[str]:
     return {str(r[0]) for r in rows}
 
 
-@routed
 async def projects_of(conn: Any, sources: list[str]) -> dict[str, str]:
     """The projects recorded for those of `sources` that have one."""
     if not sources:
@@ -66,7 +61,6 @@ async def projects_of(conn: Any, sources: list[str]) -> dict[str, str]:
     return {str(r[0]): str(r[1]) for r in rows}
 
 
-@routed
 async def recent_chunks(conn: Any, filters: Filters, limit: int) -> list[Chunk]:
     """The newest chunks (by event time) of complete documents matching `filters`."""
     where, params = filter_sql(filters)

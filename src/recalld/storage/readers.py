@@ -16,7 +16,6 @@ import numpy.typing as npt
 
 from recalld import limits
 from recalld.storage import vectors
-from recalld.storage.backend import routed
 from recalld.types import Chunk, Document, Filters
 
 CHUNK_COLUMNS = (
@@ -26,7 +25,6 @@ CHUNK_COLUMNS = (
 )
 
 
-@routed
 async def fetchall(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
     """Run a query and return every row."""
     async with conn.execute(sql, params) as cursor:
@@ -134,7 +132,6 @@ def filter_sql(filters: Filters) -> tuple[str, list[Any]]:
     return " AND ".join(clauses) or "1", params
 
 
-@routed
 async def knn(
     conn: Any, vector: npt.NDArray[np.float32], k: int, filters: Filters
 ) -> list[tuple[int, float]]:
@@ -176,7 +173,6 @@ async def knn(
     return [(int(r[0]), float(r[1])) for r in rows]
 
 
-@routed
 async def fts(conn: Any, expression: str, k: int, filters: Filters) -> list[tuple[int, float]]:
     """The `k` best BM25 matches as `(chunk_id, score)`, best first; score is -bm25 (higher
     is better)."""
@@ -200,7 +196,6 @@ async def fts(conn: Any, expression: str, k: int, filters: Filters) -> list[tupl
     return [(int(r[0]), -float(r[1])) for r in rows]
 
 
-@routed
 async def keyword_scores(conn: Any, expression: str, ids: Sequence[int]) -> dict[int, float]:
     """The keyword route's score (-bm25, as `fts` gives it) of each chunk in `ids` that matches
     `expression`; chunks that match none of its terms are left out (their BM25 is 0).
@@ -219,7 +214,6 @@ async def keyword_scores(conn: Any, expression: str, ids: Sequence[int]) -> dict
     return {int(r[0]): -float(r[1]) for r in rows if int(r[0]) in wanted}
 
 
-@routed
 async def latest_event_time(conn: Any, filters: Filters) -> float | None:
     """The latest chunk event time among chunks matching `filters` (time bounds ignored):
     "now" for the relative time expressions of a question about that scope."""
@@ -237,7 +231,6 @@ async def latest_event_time(conn: Any, filters: Filters) -> float | None:
     return None if not rows or rows[0][0] is None else float(rows[0][0])
 
 
-@routed
 async def granularity_vectors(
     conn: Any, granularity: str, document_id: int | None, at_most: int
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]] | None:
@@ -257,7 +250,6 @@ async def granularity_vectors(
     return ids, matrix.reshape(len(rows), -1) if rows else matrix.reshape(0, 0)
 
 
-@routed
 async def document_frequency(conn: Any, expression: str) -> int:
     """How many chunks match an FTS5 expression (one quoted term gives its document frequency)."""
     return (await document_frequencies(conn, [expression]))[0]
@@ -267,7 +259,6 @@ async def document_frequency(conn: Any, expression: str) -> int:
 _TERMS_PER_QUERY = 200
 
 
-@routed
 async def document_frequencies(conn: Any, expressions: Sequence[str]) -> list[int]:
     """`document_frequency` of each expression, in one statement per 200 (one round trip to
     the connection's thread instead of one per term: ~0.1 ms each on a busy machine)."""
@@ -282,7 +273,6 @@ async def document_frequencies(conn: Any, expressions: Sequence[str]) -> list[in
     return found
 
 
-@routed
 async def matched_terms(conn: Any, chunk_id: int, expressions: Sequence[str]) -> list[bool]:
     """Which FTS5 expressions (one quoted term each) match one chunk, in one statement per 200."""
     found: list[bool] = []
@@ -296,14 +286,12 @@ async def matched_terms(conn: Any, chunk_id: int, expressions: Sequence[str]) ->
     return found
 
 
-@routed
 async def meta_value(conn: Any, key: str) -> str | None:
     """One value of the store's `meta` table, or None."""
     rows = await fetchall(conn, "SELECT value FROM meta WHERE key = ?", (key,))
     return str(rows[0][0]) if rows else None
 
 
-@routed
 async def chunk_ids_by_kind(conn: Any) -> dict[str, list[int]]:
     """Every chunk id, by kind, in id order (self-calibration samples from these)."""
     out: dict[str, list[int]] = {}
@@ -312,14 +300,12 @@ async def chunk_ids_by_kind(conn: Any) -> dict[str, list[int]]:
     return out
 
 
-@routed
 async def chunk_total(conn: Any) -> int:
     """The number of chunks."""
     rows = await fetchall(conn, "SELECT count(*) FROM chunks")
     return int(rows[0][0])
 
 
-@routed
 async def chunks_by_id(conn: Any, ids: Sequence[int]) -> dict[int, Chunk]:
     """Chunks with their source, by id; missing ids are left out."""
     if not ids:
@@ -333,7 +319,6 @@ async def chunks_by_id(conn: Any, ids: Sequence[int]) -> dict[int, Chunk]:
     return {int(r[0]): row_to_chunk(r) for r in rows}
 
 
-@routed
 async def vectors_by_id(
     conn: Any, ids: Sequence[int], dimension: int
 ) -> dict[int, npt.NDArray[np.float32]]:
@@ -349,7 +334,6 @@ async def vectors_by_id(
     return {int(r[0]): np.frombuffer(r[1], dtype=np.float32, count=dimension) for r in rows}
 
 
-@routed
 async def neighbours(conn: Any, document_id: int, position: int, window: int) -> list[Chunk]:
     """The chunks within `window` positions of `position` in a document, in order."""
     rows = await fetchall(
@@ -361,7 +345,6 @@ async def neighbours(conn: Any, document_id: int, position: int, window: int) ->
     return [row_to_chunk(r) for r in rows]
 
 
-@routed
 async def document_by_source(conn: Any, source: str) -> Document | None:
     """The document stored for `source`, if any."""
     rows = await fetchall(
@@ -370,7 +353,6 @@ async def document_by_source(conn: Any, source: str) -> Document | None:
     return row_to_document(rows[0]) if rows else None
 
 
-@routed
 async def chunk_keys(conn: Any, document_id: int) -> dict[str, str]:
     """`{key: content_hash}` of a document's stored chunks, to skip re-embedding unchanged ones."""
     rows = await fetchall(
@@ -379,7 +361,6 @@ async def chunk_keys(conn: Any, document_id: int) -> dict[str, str]:
     return {str(r[0]): str(r[1]) for r in rows}
 
 
-@routed
 async def documents(conn: Any, prefix: str = "", limit: int = 1000) -> list[Document]:
     """Documents whose source starts with `prefix`, in source order."""
     rows = await fetchall(
@@ -391,7 +372,6 @@ async def documents(conn: Any, prefix: str = "", limit: int = 1000) -> list[Docu
     return [row_to_document(r) for r in rows]
 
 
-@routed
 async def counts(conn: Any) -> dict[str, int]:
     """Row counts for `status`."""
     rows = await fetchall(
@@ -412,7 +392,6 @@ async def counts(conn: Any) -> dict[str, int]:
     }
 
 
-@routed
 async def redacted_chunks(conn: Any) -> int:
     """For `status`: how many chunks hold a `[REDACTED:<type>]` marker."""
     # The FTS index finds the few chunks with the marker's word; their meta confirms it.
@@ -425,7 +404,6 @@ async def redacted_chunks(conn: Any) -> int:
     return int(rows[0][0])
 
 
-@routed
 async def skipped_files(conn: Any, prefix: str = "") -> dict[str, int]:
     """Files no chunker takes under `prefix`, by type: documents of kind `skipped`, whose
     content hash is `skipped:<type>`."""
@@ -438,7 +416,6 @@ async def skipped_files(conn: Any, prefix: str = "") -> dict[str, int]:
     return {str(r[0]).partition(":")[2]: int(r[1]) for r in rows}
 
 
-@routed
 async def errors(conn: Any, limit: int = 100) -> list[dict[str, Any]]:
     """The most recent ingest errors."""
     rows = await fetchall(

@@ -29,7 +29,6 @@ import numpy.typing as npt
 
 from recalld.errors import ReindexError
 from recalld.storage import schema, vectors
-from recalld.storage.backend import routed
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +93,6 @@ async def _scalar(conn: Any, sql: str, params: Sequence[Any] = ()) -> int:
         return int((await cursor.fetchone())[0])
 
 
-@routed
 async def read_state(conn: Any) -> ReindexState | None:
     """The reindex in progress (any connection), or None."""
     return state_from_meta(await _meta(conn))
@@ -108,7 +106,6 @@ async def _set_meta(conn: Any, values: dict[str, str]) -> None:
     )
 
 
-@routed
 async def begin(conn: Any, spec: str, model_id: str, dimension: int) -> ReindexState:
     """Record a new reindex and empty the staging table (in the caller's transaction)."""
     state = ReindexState(spec, model_id, dimension, time.time())
@@ -125,7 +122,6 @@ async def begin(conn: Any, spec: str, model_id: str, dimension: int) -> ReindexS
     return state
 
 
-@routed
 async def cancel(conn: Any) -> int:
     """Forget the reindex and drop its staged vectors. Returns how many were dropped."""
     dropped = await _scalar(conn, "SELECT count(*) FROM reindex_vectors")
@@ -134,7 +130,6 @@ async def cancel(conn: Any) -> int:
     return dropped
 
 
-@routed
 async def drop_stray(conn: Any) -> int:
     """Drop staged vectors that cannot be used: no chunk, the wrong size, or no reindex in
     progress (for `check --repair`). Returns how many went."""
@@ -150,7 +145,6 @@ async def drop_stray(conn: Any) -> int:
     return max(int(cursor.rowcount), 0)
 
 
-@routed
 async def progress(conn: Any) -> tuple[int, int]:
     """`(staged, chunks)`: vectors already made with the new model, and chunks in all."""
     staged = await _scalar(conn, "SELECT count(*) FROM reindex_vectors")
@@ -158,7 +152,6 @@ async def progress(conn: Any) -> tuple[int, int]:
     return staged, total
 
 
-@routed
 async def missing(conn: Any, after: int, limit: int) -> list[tuple[int, str]]:
     """Up to `limit` chunks with id above `after` that have no new vector yet, by id."""
     async with conn.execute(
@@ -169,7 +162,6 @@ async def missing(conn: Any, after: int, limit: int) -> list[tuple[int, str]]:
         return [(int(r[0]), str(r[1])) for r in await cursor.fetchall()]
 
 
-@routed
 async def stage(
     conn: Any, chunk_ids: Sequence[int], matrix: npt.NDArray[np.float32], model_id: str
 ) -> int:
@@ -210,7 +202,6 @@ def _json_ids(ids: Sequence[int]) -> str:
     return "[" + ",".join(str(int(i)) for i in ids) + "]"
 
 
-@routed
 async def swap(conn: Any, state: ReindexState) -> int:
     """Make the staged vectors the live index (in the caller's write transaction).
 

@@ -190,7 +190,7 @@ async def _missing_vectors(store: Store, after: int) -> list[Any]:
             (after, EMBED_BATCH),
         )
 
-    return await store.read(query)
+    return await store.read_conn(query)
 
 
 async def _reembed(store: Store, embed: Embed, report: RepairReport) -> None:
@@ -237,7 +237,7 @@ async def _reembed(store: Store, embed: Embed, report: RepairReport) -> None:
             await vectors.insert(conn, rows, store.dimension)
             return len(rows)
 
-        total += await store.write(insert)
+        total += await store.write_conn(insert)
     report.did("vectors_reembedded", total, "chunks re-embedded with the store's model")
 
 
@@ -292,10 +292,10 @@ async def repair_store(store: Store, embed: Embed | None, failed: set[str]) -> R
             }
         )
         return report
-    await store.write(lambda c: _structural(c, failed, report))
+    await store.write_conn(lambda c: _structural(c, failed, report))
     if "unreadable_values" in failed:
         found = await asyncio.to_thread(values.scan_path, store.path)
-        cleared = await store.write(lambda c: values.clear(c, found))
+        cleared = await store.write_conn(lambda c: values.clear(c, found))
         report.did("values_cleared", cleared, "unreadable values reset (an unknown time, ...)")
     if embed is not None:
         try:
@@ -304,7 +304,7 @@ async def repair_store(store: Store, embed: Embed | None, failed: set[str]) -> R
             # What was re-embedded is committed; the rest waits for the model to answer.
             report.unrepaired.append({"name": "chunks_without_vector", "detail": exc.message})
     else:
-        missing = await store.read(
+        missing = await store.read_conn(
             lambda c: _count(
                 c,
                 "SELECT count(*) FROM chunks c WHERE NOT EXISTS "
@@ -315,7 +315,7 @@ async def repair_store(store: Store, embed: Embed | None, failed: set[str]) -> R
             report.unrepaired.append(
                 {"name": "chunks_without_vector", "detail": "no embedding model to re-embed"}
             )
-    await store.write(lambda c: _finish(c, store.dimension, failed, report))
+    await store.write_conn(lambda c: _finish(c, store.dimension, failed, report))
     return report
 
 
@@ -362,7 +362,7 @@ async def _check_and_repair(
         # prevent most of these problems, and what remains is reported, not guessed at, except
         # unusable staged vectors of a reindex, which are dropped as on SQLite.
         if "reindex" in problems:
-            dropped = await store.write(reindex.drop_stray)
+            dropped = await store.write(lambda r: r.drop_stray_vectors())
             done.did("reindex_rows_dropped", dropped, "bad staged vectors")
         done.unrepaired += [
             {"name": name, "detail": "repair on PostgreSQL is not built yet"}

@@ -30,7 +30,9 @@ from recalld.storage.connection import (
     damaged_error,
     is_damaged,
 )
+from recalld.storage.contract import Reader, Writer
 from recalld.storage.guard import StoreFiles, disk_full_error, is_disk_full
+from recalld.storage.sqlite.access import SqliteReader, SqliteWriter
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +180,7 @@ class Store:
         self._deadlines: dict[int, float] = {}
         # Bumped on every commit, so readers' caches (IDF) know when to refresh.
         self.generation = 0
-        # The vector cascade's in-memory mirror; readers.knn and the writer find it by
+        # The vector cascade's in-memory mirror; the readers and the writer find it by
         # connection, and write() applies the writer's staged changes after each COMMIT.
         self.vectors = vectors.VectorIndex(dimension, self._write_lock)
         self.vectors.on_foreign = self._foreign_write
@@ -284,8 +286,14 @@ class Store:
             await reader.close()
 
     @contextlib.asynccontextmanager
-    async def reading(self) -> AsyncIterator[Any]:
-        """Borrow a reader connection, with the query time limit armed."""
+    async def reading(self) -> AsyncIterator[Reader]:
+        """Borrow a reader, with the query time limit armed."""
+        async with self.reading_conn() as conn:
+            yield SqliteReader(conn, self.vectors)
+
+    @contextlib.asynccontextmanager
+    async def reading_conn(self) -> AsyncIterator[aiosqlite.Connection]:
+        """Borrow a reader connection itself (SQLite's own checks and repairs)."""
         conn = await self._readers.get()
         self._deadlines[id(conn)] = time.monotonic() + self._timeout
         try:
@@ -301,13 +309,20 @@ class Store:
             self._deadlines.pop(id(conn), None)
             self._readers.put_nowait(conn)
 
-    async def read(self, fn: Callable[[Any], Awaitable[T]]) -> T:
-        """Run `fn(conn)` on a reader connection."""
+    async def read(self, fn: Callable[[Reader], Awaitable[T]]) -> T:
+        """Run `fn(reader)` on a reader connection."""
         async with self.reading() as conn:
             return await fn(conn)
 
-    async def write(self, fn: Callable[[Any], Awaitable[T]], *, counters_only: bool = False) -> T:
-        """Run `fn(conn)` on the writer connection inside one `BEGIN IMMEDIATE` transaction.
+    async def read_conn(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
+        """`read`, with `fn` given the reader connection itself (SQLite's own checks)."""
+        async with self.reading_conn() as conn:
+            return await fn(conn)
+
+    async def write(
+        self, fn: Callable[[Writer], Awaitable[T]], *, counters_only: bool = False
+    ) -> T:
+        """Run `fn(writer)` on the writer connection inside one `BEGIN IMMEDIATE` transaction.
 
         `counters_only`: the write changes only use counters (retrieval, access), so the
         commit leaves `generation`, and with it the searcher's term-frequency cache, alone.
@@ -316,11 +331,21 @@ class Store:
         ROLLBACK in its own task, so the writer connection is never left inside a transaction
         (which would make every later write fail).
         """
+        return await self.write_conn(
+            lambda conn: fn(SqliteWriter(conn, self.vectors)), counters_only=counters_only
+        )
+
+    async def write_conn(
+        self, fn: Callable[[aiosqlite.Connection], Awaitable[T]], *, counters_only: bool = False
+    ) -> T:
+        """`write`, with `fn` given the writer connection itself (SQLite's own repairs)."""
         task = asyncio.ensure_future(self._transaction(fn, not counters_only))
         task.add_done_callback(_observe)
         return await asyncio.shield(task)
 
-    async def _transaction(self, fn: Callable[[Any], Awaitable[T]], bump: bool = True) -> T:
+    async def _transaction(
+        self, fn: Callable[[aiosqlite.Connection], Awaitable[T]], bump: bool = True
+    ) -> T:
         async with self._write_lock:
             if self.gone is not None:
                 raise self.gone
@@ -340,7 +365,7 @@ class Store:
             await self._check_files()
             return result
 
-    async def _commit(self, fn: Callable[[Any], Awaitable[T]], bump: bool) -> T:
+    async def _commit(self, fn: Callable[[aiosqlite.Connection], Awaitable[T]], bump: bool) -> T:
         await self._writer.execute("BEGIN IMMEDIATE")
         try:
             result = await fn(self._writer)
@@ -366,7 +391,7 @@ class Store:
     async def check_vector_index(self) -> tuple[int, int] | None:
         """`(missing, extra)` rows of the in-memory vector index against the store, or None
         when it is not loaded; one that differs is dropped and reloads on the next search."""
-        async with self.reading() as conn:
+        async with self.reading_conn() as conn:
             return await self.vectors.verify(conn)
 
     async def check_files(self) -> None:

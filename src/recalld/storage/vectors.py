@@ -5,7 +5,7 @@ sqlite-vec 0.1 has no ANN index: its exact KNN reads every vector, ~50-90 ms per
 100k x 384 on a 2-core laptop, growing linearly (issue 7), and ~6-13 ms at 14k (issue 20).
 Below `Tuning.exact_below` live chunks the mirror also holds every vector as float32 (1,536
 bytes a 384-d chunk, so at most ~38 MB: the copies are dropped above 1.25 x `exact_below`) and
-answers exactly with one matrix-vector product (~1 ms at 14k). Above it, `readers.knn` runs
+answers exactly with one matrix-vector product (~1 ms at 14k). Above it, `Reader.knn` runs
 this cascade:
 
 1. **Hamming** distance between the query's sign bits and every chunk's, over a column-major

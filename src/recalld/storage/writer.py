@@ -20,7 +20,6 @@ import numpy.typing as npt
 
 from recalld import limits
 from recalld.storage import links, vectors
-from recalld.storage.backend import routed
 from recalld.types import ChunkDraft
 
 
@@ -156,7 +155,6 @@ def chunk_links(
     return embedded, parents, found
 
 
-@routed
 async def replace_document(
     conn: Any, doc: NewDocument, chunks: Sequence[NewChunk], *, structure_links: bool = True
 ) -> int:
@@ -222,7 +220,6 @@ async def replace_document(
     return doc_id
 
 
-@routed
 async def insert_vectors(
     conn: Any, rows: Sequence[tuple[int, npt.NDArray[np.float32], str, str]]
 ) -> None:
@@ -240,7 +237,6 @@ async def insert_vectors(
     await vectors.insert(conn, rows, dimension)
 
 
-@routed
 async def delete_chunks(conn: Any, chunk_ids: Iterable[int]) -> None:
     """Delete chunks with their vectors; FTS rows go with them by trigger, links by cascade."""
     params = [(cid,) for cid in chunk_ids]
@@ -255,7 +251,6 @@ async def delete_chunks(conn: Any, chunk_ids: Iterable[int]) -> None:
     await links.refresh_status(conn, targets)
 
 
-@routed
 async def delete_document(conn: Any, source: str) -> bool:
     """Delete a document and everything that hangs off it. Returns whether it existed."""
     rows = await _fetchall(conn, "SELECT id FROM documents WHERE source = ?", (source,))
@@ -271,7 +266,6 @@ async def delete_document(conn: Any, source: str) -> bool:
     return True
 
 
-@routed
 async def move_document(conn: Any, old: str, new: str) -> bool:
     """Rename a document's source, replacing any document already at `new`."""
     rows = await _fetchall(conn, "SELECT id FROM documents WHERE source = ?", (old,))
@@ -285,7 +279,6 @@ async def move_document(conn: Any, old: str, new: str) -> bool:
     return True
 
 
-@routed
 async def record_error(conn: Any, source: str, error_type: str, message: str) -> None:
     """Record why a source could not be ingested."""
     await conn.execute(
@@ -294,13 +287,11 @@ async def record_error(conn: Any, source: str, error_type: str, message: str) ->
     )
 
 
-@routed
 async def clear_errors(conn: Any, source: str) -> None:
     """Forget the errors of a source that has now been ingested."""
     await conn.execute("DELETE FROM errors WHERE source = ?", (source,))
 
 
-@routed
 async def count_use(conn: Any, chunk_ids: Sequence[int], *, retrieval: bool) -> None:
     """Count retrievals (returned by search) or accesses (read explicitly) apart, as MemX does."""
     column = "retrieval" if retrieval else "access"
@@ -311,7 +302,6 @@ async def count_use(conn: Any, chunk_ids: Sequence[int], *, retrieval: bool) -> 
     )
 
 
-@routed
 async def set_meta(conn: Any, key: str, value: str) -> None:
     """Set one value of the store's `meta` table (self-calibration records its choice there)."""
     await conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))

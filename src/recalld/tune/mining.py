@@ -17,13 +17,12 @@ import random
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
-from functools import partial
 from typing import Any
 
 import numpy as np
 
 from recalld.embeddings.base import Embedder
-from recalld.storage import readers
+from recalld.storage.contract import Reader
 from recalld.storage.fts import match_expression, query_terms
 from recalld.storage.store import Store
 from recalld.types import NO_FILTERS, Chunk
@@ -127,13 +126,14 @@ async def pseudo_pairs(
     """Up to `count` pseudo-queries drawn from the store's chunks (memories left out: a short
     statement has nothing to hold out), split by document into train and held-back eval."""
     rng = random.Random(seed)
-    by_kind = await store.read(readers.chunk_ids_by_kind)
+    by_kind = await store.read(lambda r: r.chunk_ids_by_kind())
     ids = sorted(cid for kind, v in by_kind.items() if kind != "memory" for cid in v)
     picked = sorted(rng.sample(ids, min(len(ids), count)))
     chunks: dict[int, Chunk] = {}
     for start in range(0, len(picked), 500):
         part = picked[start : start + 500]
-        chunks.update(await store.read(partial(readers.chunks_by_id, ids=part)))
+        async with store.reading() as reader:
+            chunks.update(await reader.chunks_by_id(part))
     pairs = [p for cid in picked if cid in chunks if (p := hold_out(chunks[cid], rng))]
     documents = sorted({p.document_id for p in pairs})
     rng.shuffle(documents)
@@ -163,10 +163,10 @@ async def mine(
             expression = match_expression(query_terms(pair.query))
 
             async def routes(
-                conn: Any, vector: np.ndarray = vector, expression: str = expression
+                conn: Reader, vector: np.ndarray = vector, expression: str = expression
             ) -> tuple[list[int], list[int]]:
-                vec = await readers.knn(conn, vector, TOP_K, NO_FILTERS)
-                kw = await readers.fts(conn, expression, TOP_K, NO_FILTERS)
+                vec = await conn.knn(vector, TOP_K, NO_FILTERS)
+                kw = await conn.fts(expression, TOP_K, NO_FILTERS)
                 return [c for c, _ in vec], [c for c, _ in kw]
 
             vec_ids, kw_ids = await store.read(routes)
@@ -193,7 +193,7 @@ async def mine(
 
 async def _wrong_hit(store: Store, ranked: Sequence[int], pair: Pair) -> str | None:
     """The text of the vector route's best hit from another document than the positive's."""
-    hits = await store.read(lambda c: readers.chunks_by_id(c, list(ranked)))
+    hits = await store.read(lambda c: c.chunks_by_id(list(ranked)))
     for cid in ranked:
         chunk = hits.get(cid)
         if chunk is not None and chunk.document_id != pair.document_id:

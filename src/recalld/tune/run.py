@@ -24,7 +24,6 @@ from recalld.embeddings import tuned
 from recalld.embeddings.base import Embedder
 from recalld.embeddings.local import WEIGHTS_SHA256, default_model_dir
 from recalld.errors import ConfigError
-from recalld.storage import readers, writer
 from recalld.storage.store import Store
 from recalld.tune import export, gate, mining, train
 from recalld.tune.encoder import Encoder
@@ -157,7 +156,7 @@ async def tune(
             await asyncio.to_thread(export.publish, folder, models_dir, name)
             record.update(spec=meta["spec"], model_id=meta["model_id"])
             value = json.dumps(record, sort_keys=True)
-            await store.write(lambda c: writer.set_meta(c, META_PREFIX + meta["spec"], value))
+            await store.write(lambda c: c.set_meta(META_PREFIX + meta["spec"], value))
             summary["model"] = meta["spec"]
             summary["model_id"] = meta["model_id"]
     finally:
@@ -232,11 +231,11 @@ def _write_run(work: Path, data: dict[str, Any]) -> None:
 async def _distractors(store: Store, mined: mining.Mined, options: TuneOptions) -> list[str]:
     """Chunks from documents other than the held-back ones, to rank the positives among."""
     held = {p.document_id for p in mined.eval_pairs}
-    by_kind = await store.read(readers.chunk_ids_by_kind)
+    by_kind = await store.read(lambda r: r.chunk_ids_by_kind())
     ids = sorted(cid for kind, v in by_kind.items() if kind != "memory" for cid in v)
     rng = random.Random(f"{options.train.seed}:distractors")
     picked = rng.sample(ids, min(len(ids), options.distractors * 2))
-    chunks = await store.read(lambda c: readers.chunks_by_id(c, picked))
+    chunks = await store.read(lambda c: c.chunks_by_id(picked))
     texts = [chunks[c].text for c in picked if c in chunks and chunks[c].document_id not in held]
     return texts[: options.distractors]
 

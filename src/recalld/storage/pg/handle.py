@@ -1,10 +1,10 @@
 """The connection handle a PostgreSQL store gives to `readers` / `writer`, and the vector type.
 
 `PgConn` wraps one pooled psycopg connection inside the transaction `Store.read` / `Store.write`
-opened. It carries `backend` (how `storage.backend.routed` recognises it) and who is writing
-(the database role's scope, the OS user and the host), which the writer records on every
+opened (`storage.pg.access.PgReader` runs the contract's operations on it). It carries who is
+writing (the database role's scope, the OS user and the host), which the writer records on every
 document. `execute` / `fetchall` accept SQLite's `?` placeholders too, so ad-hoc SQL written
-for either backend (tests, `readers.fetchall`) runs on both.
+for either backend (tests, `Reader.fetchall`) runs on both.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ import psycopg
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
 from psycopg.types import TypeInfo
-
-from recalld.storage.backend import POSTGRES
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +43,6 @@ def _translate(sql: str) -> str:
 
 class PgConn:
     """One pooled connection inside a read or write transaction (see module docstring)."""
-
-    backend = POSTGRES
 
     def __init__(self, conn: psycopg.AsyncConnection[Any], writer: Writer, dimension: int):
         self.conn = conn

@@ -56,7 +56,7 @@ def _sqlite_counts(conn: Any) -> dict[str, int]:
     return {t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in TABLES}
 
 
-async def _pg_counts(store: Store) -> dict[str, int]:
+async def _pg_counts(store: PgStore) -> dict[str, int]:
     async def count(conn: PgConn) -> dict[str, int]:
         found = {}
         for table in TABLES:
@@ -64,7 +64,7 @@ async def _pg_counts(store: Store) -> dict[str, int]:
             found[table] = int(rows[0][0])
         return found
 
-    return await store.read(count)
+    return await store.read_pg(count)
 
 
 async def migrate(
@@ -192,14 +192,14 @@ async def _copy(lite: Any, store: PgStore, dimension: int, progress: Progress) -
     for table, select, insert in steps:
         done = 0
         async for batch in _batches(lite, select):
-            await store.write(partial(_run_many, sql=insert, rows=batch))
+            await store.write_pg(partial(_run_many, sql=insert, rows=batch))
             done += len(batch)
             progress(table, done)
     done = 0
     async for batch in _batches(
         lite, "SELECT id, parent_id FROM chunks WHERE parent_id IS NOT NULL"
     ):
-        await store.write(partial(_link_parents, rows=batch))
+        await store.write_pg(partial(_link_parents, rows=batch))
         done += len(batch)
         progress("parents", done)
     done = 0
@@ -210,7 +210,7 @@ async def _copy(lite: Any, store: PgStore, dimension: int, progress: Progress) -
             (cid, np.frombuffer(blob, dtype=np.float32, count=dimension), kind, gran)
             for cid, blob, kind, gran in batch
         ]
-        await store.write(partial(_run_many, sql=_INSERT_VECTOR, rows=rows))
+        await store.write_pg(partial(_run_many, sql=_INSERT_VECTOR, rows=rows))
         done += len(rows)
         progress("vectors", done)
 
@@ -221,4 +221,4 @@ async def _copy(lite: Any, store: PgStore, dimension: int, progress: Progress) -
                 f"(SELECT coalesce(max(id), 0) + 1 FROM {table}), false)"
             )
 
-    await store.write(advance)
+    await store.write_pg(advance)

@@ -22,10 +22,12 @@ import psycopg
 from psycopg_pool import AsyncConnectionPool
 
 from recalld.errors import ModelMismatchError, QueryError, StoreError
+from recalld.storage import contract
 from recalld.storage.pg import schema
+from recalld.storage.pg.access import PgReader, PgWriter
 from recalld.storage.pg.handle import PgConn, Writer, register_vector
 from recalld.storage.reindex import SPEC_KEY
-from recalld.storage.store import Store
+from recalld.storage.store import Store, _observe
 
 logger = logging.getLogger(__name__)
 
@@ -235,7 +237,13 @@ class PgStore(Store):
             await self._pool.close()
 
     @contextlib.asynccontextmanager
-    async def reading(self) -> AsyncIterator[Any]:
+    async def reading(self) -> AsyncIterator[contract.Reader]:
+        """Borrow a reader in a read-only transaction, with the query time limit armed."""
+        async with self.reading_pg() as conn:
+            yield PgReader(conn)
+
+    @contextlib.asynccontextmanager
+    async def reading_pg(self) -> AsyncIterator[PgConn]:
         """Borrow a connection in a read-only transaction, with the query time limit armed."""
         async with self._pool.connection() as conn:
             try:
@@ -251,14 +259,34 @@ class PgStore(Store):
                     "narrow it or raise store.query_timeout_ms"
                 ) from exc
 
-    async def read(self, fn: Callable[[Any], Awaitable[T]]) -> T:
-        """Run `fn(conn)` in a read-only transaction."""
-        async with self.reading() as conn:
+    async def read(self, fn: Callable[[contract.Reader], Awaitable[T]]) -> T:
+        """Run `fn(reader)` in a read-only transaction."""
+        async with self.reading() as reader:
+            return await fn(reader)
+
+    async def read_pg(self, fn: Callable[[PgConn], Awaitable[T]]) -> T:
+        """`read`, with `fn` given the connection handle itself (migration from SQLite)."""
+        async with self.reading_pg() as conn:
             return await fn(conn)
 
-    async def _transaction(self, fn: Callable[[Any], Awaitable[T]], bump: bool = True) -> T:
-        """Run `fn(conn)` inside one transaction; it commits when `fn` returns (`Store.write`
-        runs this, shielded from its caller's cancellation)."""
+    async def write(
+        self, fn: Callable[[contract.Writer], Awaitable[T]], *, counters_only: bool = False
+    ) -> T:
+        """Run `fn(writer)` inside one transaction; it commits when `fn` returns.
+
+        A cancelled caller does not cut the transaction short: it runs on to its end in its
+        own task (as on SQLite)."""
+        return await self.write_pg(lambda conn: fn(PgWriter(conn)), counters_only=counters_only)
+
+    async def write_pg(
+        self, fn: Callable[[PgConn], Awaitable[T]], *, counters_only: bool = False
+    ) -> T:
+        """`write`, with `fn` given the connection handle itself (migration from SQLite)."""
+        task = asyncio.ensure_future(self._pg_transaction(fn, not counters_only))
+        task.add_done_callback(_observe)
+        return await asyncio.shield(task)
+
+    async def _pg_transaction(self, fn: Callable[[PgConn], Awaitable[T]], bump: bool) -> T:
         async with self._write_lock, self._pool.connection() as conn:
             async with conn.transaction():
                 result = await fn(PgConn(conn, self.identity, self.dimension))

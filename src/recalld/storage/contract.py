@@ -1,0 +1,393 @@
+"""The storage contract: every operation a store offers, stated once and typed.
+
+A store (`Store`) hands out a `Reader` inside a read transaction (`store.read(fn)` runs
+`fn(reader)`) and a `Writer` inside one write transaction (`store.write(fn)`). SQLite
+(`storage.sqlite.access`) and PostgreSQL (`storage.pg.access`) implement these Protocols as
+peers: their classes subclass them explicitly, so `mypy --strict` fails when an implementation
+lacks an operation or drifts from the signature stated here.
+
+Text search expressions (`expression`) are FTS5 expressions as `retrieval.query` builds them;
+each backend translates them. Ad-hoc SQL (`fetchall`, `execute`) uses `?` placeholders on both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from recalld.storage.history import MemoryEdit
+    from recalld.storage.links import Link
+    from recalld.storage.reindex import ReindexState
+    from recalld.storage.writer import NewChunk, NewDocument
+    from recalld.types import Chunk, Document, Filters
+
+
+class Reader(Protocol):
+    """The read operations, run inside one read transaction (a consistent snapshot)."""
+
+    def prefix_match(self, column: str, prefixes: Sequence[str]) -> tuple[str, list[Any]]:
+        """An ad-hoc SQL condition, and its parameters: `column` starts with one of `prefixes`."""
+        ...
+
+    def tag_match(self, chunk: str) -> str:
+        """An ad-hoc SQL condition: the chunk aliased `chunk` carries the tag bound to its `?`."""
+        ...
+
+    async def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """Run a query and return every row."""
+        ...
+
+    async def knn(
+        self, vector: npt.NDArray[np.float32], k: int, filters: Filters
+    ) -> list[tuple[int, float]]:
+        """The `k` nearest chunks by cosine distance, as `(chunk_id, distance)`, nearest first.
+
+        In a store of `vectors.Tuning.exact_below` chunks or more, searches without filters or
+        with kind / granularity filters run the approximate cascade of `storage.vectors` (Recall@10
+        against exact search >= 0.99, issue 7). Otherwise, without filters or with only one kind /
+        granularity, the filter runs inside sqlite-vec's exact KNN; other filters scan exactly the
+        matching chunks, which is both correct and no slower than the full brute-force KNN."""
+        ...
+
+    async def fts(self, expression: str, k: int, filters: Filters) -> list[tuple[int, float]]:
+        """The `k` best BM25 matches as `(chunk_id, score)`, best first; score is -bm25 (higher
+        is better)."""
+        ...
+
+    async def keyword_scores(self, expression: str, ids: Sequence[int]) -> dict[int, float]:
+        """The keyword route's score (-bm25, as `fts` gives it) of each chunk in `ids` that matches
+        `expression`; chunks that match none of its terms are left out (their BM25 is 0).
+
+        FTS5's bm25() takes its statistics from the whole table, so these are the very scores
+        the route would have given the chunks had it returned them (score completion, issue 14).
+        The match runs once and is filtered here: FTS5 does not narrow a MATCH by `rowid IN`, it
+        runs it again per id (measured: 50 ids, 16 ms filtered here against 260 ms)."""
+        ...
+
+    async def latest_event_time(self, filters: Filters) -> float | None:
+        """The latest chunk event time among chunks matching `filters` (time bounds ignored):
+        "now" for the relative time expressions of a question about that scope."""
+        ...
+
+    async def granularity_vectors(
+        self, granularity: str, document_id: int | None, at_most: int
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]] | None:
+        """The stored vectors of one granularity outside a document as `(ids, matrix)`, when there
+        are at most `at_most` chunks of it (None: more; use `knn`)."""
+        ...
+
+    async def document_frequency(self, expression: str) -> int:
+        """How many chunks match a text-search expression (one quoted term: its document
+        frequency)."""
+        ...
+
+    async def document_frequencies(self, expressions: Sequence[str]) -> list[int]:
+        """`document_frequency` of each expression, in one statement per 200 (one round trip to
+        the connection's thread instead of one per term: ~0.1 ms each on a busy machine)."""
+        ...
+
+    async def matched_terms(self, chunk_id: int, expressions: Sequence[str]) -> list[bool]:
+        """Which text-search expressions (one quoted term each) match one chunk, in one
+        statement per 200."""
+        ...
+
+    async def meta_value(self, key: str) -> str | None:
+        """One value of the store's `meta` table, or None."""
+        ...
+
+    async def chunk_ids_by_kind(self) -> dict[str, list[int]]:
+        """Every chunk id, by kind, in id order (self-calibration samples from these)."""
+        ...
+
+    async def chunk_total(self) -> int:
+        """The number of chunks."""
+        ...
+
+    async def chunks_by_id(self, ids: Sequence[int]) -> dict[int, Chunk]:
+        """Chunks with their source, by id; missing ids are left out."""
+        ...
+
+    async def vectors_by_id(
+        self, ids: Sequence[int], dimension: int
+    ) -> dict[int, npt.NDArray[np.float32]]:
+        """Stored vectors by chunk id."""
+        ...
+
+    async def neighbours(self, document_id: int, position: int, window: int) -> list[Chunk]:
+        """The chunks within `window` positions of `position` in a document, in order."""
+        ...
+
+    async def document_by_source(self, source: str) -> Document | None:
+        """The document stored for `source`, if any."""
+        ...
+
+    async def chunk_keys(self, document_id: int) -> dict[str, str]:
+        """`{key: content_hash}` of a document's stored chunks, to skip re-embedding unchanged
+        ones."""
+        ...
+
+    async def documents(self, prefix: str = "", limit: int = 1000) -> list[Document]:
+        """Documents whose source starts with `prefix`, in source order."""
+        ...
+
+    async def counts(self) -> dict[str, int]:
+        """Row counts for `status`."""
+        ...
+
+    async def redacted_chunks(self) -> int:
+        """For `status`: how many chunks hold a `[REDACTED:<type>]` marker."""
+        ...
+
+    async def skipped_files(self, prefix: str = "") -> dict[str, int]:
+        """Files no chunker takes under `prefix`, by type: documents of kind `skipped`, whose
+        content hash is `skipped:<type>`."""
+        ...
+
+    async def errors(self, limit: int = 100) -> list[dict[str, Any]]:
+        """The most recent ingest errors."""
+        ...
+
+    async def links_of(
+        self, chunk_id: int, relation: str | None = None, direction: str = "both"
+    ) -> list[dict[str, Any]]:
+        """The links of one chunk: `out` (it is src), `in` (it is dst) or `both`."""
+        ...
+
+    async def links_touching(self, chunk_ids: Sequence[int]) -> list[Link]:
+        """Every link with either end in `chunk_ids`, for spreading activation."""
+        ...
+
+    async def link_status_targets(self, chunk_ids: Sequence[int]) -> list[int]:
+        """The chunks that `chunk_ids` supersede or contradict (to refresh after deleting them)."""
+        ...
+
+    async def chunks_matching(self, chunk_ids: Sequence[int], filters: Filters) -> set[int]:
+        """Which of `chunk_ids` pass a search's filters."""
+        ...
+
+    async def current_version(self, chunk_id: int) -> int:
+        """The version number of a memory's current text (1 for a memory never edited)."""
+        ...
+
+    async def history_of(self, chunk_id: int) -> list[dict[str, Any]]:
+        """Every earlier version of a memory, oldest first."""
+        ...
+
+    async def reindex_state(self) -> ReindexState | None:
+        """The reindex in progress (any connection), or None."""
+        ...
+
+    async def reindex_progress(self) -> tuple[int, int]:
+        """`(staged, chunks)`: vectors already made with the new model, and chunks in all."""
+        ...
+
+    async def reindex_missing(self, after: int, limit: int) -> list[tuple[int, str]]:
+        """Up to `limit` chunks with id above `after` that have no new vector yet, by id."""
+        ...
+
+    async def project_of(self, source: str) -> str | None:
+        """The project recorded for `source`, if any."""
+        ...
+
+    async def sources_of(self, project: str) -> set[str]:
+        """The sources recorded under `project`."""
+        ...
+
+    async def projects_of(self, sources: list[str]) -> dict[str, str]:
+        """The projects recorded for those of `sources` that have one."""
+        ...
+
+    async def recent_chunks(self, filters: Filters, limit: int) -> list[Chunk]:
+        """The newest chunks (by event time) of complete documents matching `filters`."""
+        ...
+
+    async def stored_documents(self, sources: Sequence[str]) -> dict[str, tuple[int, str, str]]:
+        """`source → (id, content_hash, state)` for those of `sources` that are stored."""
+        ...
+
+    async def chunk_ids(self, doc_ids: Sequence[int]) -> dict[tuple[int, str], int]:
+        """`(document id, chunk key) → chunk id` for the chunks of these documents (keys are
+        unique within a document)."""
+        ...
+
+    async def find_same(self, table: str, values: dict[str, Any]) -> int | None:
+        """The rowid of a row with exactly these values, if one exists (idempotent imports)."""
+        ...
+
+
+class Writer(Reader, Protocol):
+    """The write operations (and every read), run inside one write transaction that commits
+    when the function given to `store.write` returns and rolls back when it raises."""
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one ad-hoc statement (`?` placeholders); returns the number of rows it changed."""
+        ...
+
+    async def add_links(self, links: Sequence[Link], origin: str = "user") -> int:
+        """Insert links (an existing one gets the new weight); both ends must exist.
+
+        Returns:
+            How many links were written."""
+        ...
+
+    async def remove_links(self, src: int, dst: int, relation: str | None = None) -> int:
+        """Remove the links from `src` to `dst` (of one relation, or all). Returns how many."""
+        ...
+
+    async def refresh_link_status(self, chunk_ids: Iterable[int]) -> None:
+        """Set each chunk's status from the `supersedes` / `contradicts` links pointing at it.
+
+        Only statuses the links own (`active`, `superseded`, `contradicted`) are changed."""
+        ...
+
+    async def rebuild_structure(self, document_id: int) -> None:
+        """Re-make a document's auto `parent` and `temporal` links from its chunks.
+
+        `parent`: each chunk to its parent (fact -> round -> session). `temporal`: each round to
+        the next round of the same conversation, in document order."""
+        ...
+
+    async def update_memory(
+        self,
+        chunk_id: int,
+        edit: MemoryEdit,
+        *,
+        source: str,
+        content_hash: str,
+        chunk_hash: str,
+        token_count: int,
+        vector: npt.NDArray[np.float32] | None,
+        meta: dict[str, Any] | None = None,
+    ) -> int:
+        """Write a memory's new version in place, keeping the old one in `chunk_history`.
+
+        Args:
+            chunk_id: The memory's chunk.
+            edit: What changes.
+            source, content_hash: The memory's document identity for its new text.
+            chunk_hash: The chunk's new content hash (`writer.chunk_hash`).
+            token_count: Tokens of the new text.
+            vector: The new text's vector; None when the text did not change.
+            meta: The chunk's new meta (its `redacted` markers describe the new text); None keeps
+                the stored one.
+
+        Returns:
+            The new version number.
+
+        Raises:
+            NotFoundError: No memory has this id.
+            IngestError: Another memory already holds the new text."""
+        ...
+
+    async def begin_reindex(self, spec: str, model_id: str, dimension: int) -> ReindexState:
+        """Record a new reindex and empty the staging table (in the caller's transaction)."""
+        ...
+
+    async def cancel_reindex(self) -> int:
+        """Forget the reindex and drop its staged vectors. Returns how many were dropped."""
+        ...
+
+    async def drop_stray_vectors(self) -> int:
+        """Drop staged vectors that cannot be used: no chunk, the wrong size, or no reindex in
+        progress (for `check --repair`). Returns how many went."""
+        ...
+
+    async def stage_vectors(
+        self, chunk_ids: Sequence[int], matrix: npt.NDArray[np.float32], model_id: str
+    ) -> int:
+        """Store new vectors for chunks that still exist (in the caller's transaction).
+
+        The state is checked in the same transaction: a batch embedded just before a cancel (or
+        a cancel and a new reindex to another model) is dropped, never mixed in.
+
+        Returns:
+            How many were stored.
+
+        Raises:
+            ReindexError: No reindex to `model_id` is recorded any more."""
+        ...
+
+    async def swap_model(self, state: ReindexState) -> int:
+        """Make the staged vectors the live index (in the caller's write transaction).
+
+        The caller has staged a vector for every chunk (checked here). `chunks_vec` is dropped and
+        created again at the new dimension, filled from the staged rows, the cascade's tables are
+        rebuilt from it (`vectors.rebuild`), and `meta` names the new model; the staging table is
+        left empty and the reindex state removed.
+
+        Returns:
+            The number of vectors in the new index.
+
+        Raises:
+            RuntimeError: Some chunk has no staged vector (the caller catches up first)."""
+        ...
+
+    async def set_project(self, source: str, project: str | None) -> None:
+        """Record `source`'s project (None: it belongs to no project)."""
+        ...
+
+    async def insert_many(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert rows, one `executemany` per set of columns (an older export may lack some)."""
+        ...
+
+    async def insert_row(self, table: str, values: dict[str, Any]) -> tuple[int, int]:
+        """Insert one row unless it breaks a uniqueness constraint; returns its rowid and how many
+        rows were added (0 when one with the same key was there)."""
+        ...
+
+    async def set_references(
+        self, table: str, column: str, key: str, pairs: Sequence[tuple[int, int]]
+    ) -> None:
+        """`UPDATE table SET column = new WHERE key = row` for each `(new, row)` pair."""
+        ...
+
+    async def replace_document(
+        self, doc: NewDocument, chunks: Sequence[NewChunk], *, structure_links: bool = True
+    ) -> int:
+        """Replace a document and its chunks in the caller's transaction.
+
+        With `structure_links`, the document's `parent` and `temporal` links are made too.
+
+        Returns:
+            The document id."""
+        ...
+
+    async def insert_vectors(
+        self, rows: Sequence[tuple[int, npt.NDArray[np.float32], str, str]]
+    ) -> None:
+        """Store the vectors of new chunks `(chunk_id, vector, kind, granularity)` in the caller's
+        transaction: the sqlite-vec table and the cascade's codes and float copies."""
+        ...
+
+    async def delete_chunks(self, chunk_ids: Iterable[int]) -> None:
+        """Delete chunks with their vectors; FTS rows go with them by trigger, links by cascade."""
+        ...
+
+    async def delete_document(self, source: str) -> bool:
+        """Delete a document and everything that hangs off it. Returns whether it existed."""
+        ...
+
+    async def move_document(self, old: str, new: str) -> bool:
+        """Rename a document's source, replacing any document already at `new`."""
+        ...
+
+    async def record_error(self, source: str, error_type: str, message: str) -> None:
+        """Record why a source could not be ingested."""
+        ...
+
+    async def clear_errors(self, source: str) -> None:
+        """Forget the errors of a source that has now been ingested."""
+        ...
+
+    async def count_use(self, chunk_ids: Sequence[int], *, retrieval: bool) -> None:
+        """Count retrievals (returned by search) or accesses (read explicitly) apart, as MemX
+        does."""
+        ...
+
+    async def set_meta(self, key: str, value: str) -> None:
+        """Set one value of the store's `meta` table (self-calibration records its choice there)."""
+        ...

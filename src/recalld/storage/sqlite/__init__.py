@@ -1,0 +1,1 @@
+"""The SQLite backend of the storage contract."""
