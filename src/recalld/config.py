@@ -8,10 +8,8 @@ environment variables; everything else receives a frozen `Settings`.
 from __future__ import annotations
 
 import dataclasses
-import hmac
 import math
 import os
-import tomllib
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +63,8 @@ class Secret:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Secret):
             return NotImplemented
+        import hmac  # only here: hashlib costs every client's start-up
+
         return hmac.compare_digest(self._value.encode(), other._value.encode())
 
     def __hash__(self) -> int:
@@ -501,6 +501,8 @@ def load_settings(
     layers: list[tuple[str, Mapping[str, Any]]] = [("default", _default_dirs(env))]
     config_path = path or default_config_path(env)
     if path is not None or config_path.exists():
+        import tomllib  # only with a file to read: most clients have none
+
         try:
             layers.append((str(config_path), tomllib.loads(config_path.read_text("utf-8"))))
         except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:

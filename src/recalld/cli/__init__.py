@@ -1,122 +1,22 @@
 """The `recalld` command line: the daemon (`recalld serve`) and a client for people and scripts.
 
-Every command but `serve`, `config show`, `check --offline` and `service` talks to the daemon
-over its socket. One wrapper, `main`, turns errors into messages and exit codes:
-0 ok, 1 error, 2 usage, 3 daemon not running (or, for `serve`, could not start), 130 Ctrl-C.
+The click application is `recalld.cli.app` (`cli`, and `main`, the console entry point); this
+package itself imports nothing, so its click-free modules (`connection`, `searching`, `output`
+and the launcher's fast `recalld search`, `fast_search`) start without click (issue 20).
 """
 
-from __future__ import annotations
+from typing import TYPE_CHECKING, Any
 
-import importlib
-import json
-import sys
-from collections.abc import Sequence
-from typing import NoReturn
+if TYPE_CHECKING:
+    from recalld.cli.app import cli, main
 
-import click
-
-from recalld import __version__
-from recalld.cli.jobs import EXIT_INTERRUPTED
-from recalld.errors import ConfigError, DaemonNotRunning, RecalldError
-from recalld.masking import mask
-
-EXIT_ERROR = 1
-EXIT_USAGE = 2
-EXIT_UNAVAILABLE = 3
-
-# Each command's module, imported only when the command runs (or `--help` lists them all), so
-# `recalld search` does not pay for the imports of `serve`, `export` or `mcp` (issue 20).
-COMMANDS = {
-    "serve": "service:serve",
-    "search": "search:search",
-    "remember": "search:remember",
-    "get": "search:get",
-    "forget": "search:forget",
-    "unforget": "browse:unforget",
-    "list": "browse:list_",
-    "edit": "memories:edit",
-    "history": "memories:history",
-    "link": "memories:link",
-    "ingest": "ingest:ingest",
-    "jobs": "jobs:jobs",
-    "sources": "ingest:sources",
-    "status": "admin:status",
-    "stop": "admin:stop",
-    "calibrate": "admin:calibrate",
-    "errors": "admin:errors",
-    "check": "admin:check",
-    "config": "admin:config",
-    "export": "transfer:export",
-    "import": "transfer:import_",
-    "mcp": "mcp_command:mcp",
-    "service": "service:service",
-    "models": "models:models",
-    "reindex": "models:reindex",
-    "tune": "tune:tune",
-    "migrate": "migrate:migrate",
-    "agent": "agent:agent",
-    "context": "agent:context",
-}
+__all__ = ["cli", "main"]
 
 
-class LazyGroup(click.Group):
-    """A group whose commands in `COMMANDS` are imported on first use (click's documented
-    lazy-loading pattern); commands added with `add_command` work as usual."""
+def __getattr__(name: str) -> Any:
+    # `from recalld.cli import main` keeps working; click is imported only then.
+    if name in __all__:
+        from recalld.cli import app
 
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *COMMANDS})
-
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        command = super().get_command(ctx, cmd_name)
-        if command is None and cmd_name in COMMANDS:
-            module, _, name = COMMANDS[cmd_name].partition(":")
-            command = getattr(importlib.import_module(f"recalld.cli.{module}"), name)
-            assert isinstance(command, click.Command)
-            self.add_command(command, cmd_name)
-        return command
-
-
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "-V", "--version", prog_name="recalld")
-def cli() -> None:
-    """recalld: local-first long-term memory for AI assistants, editors and agents.
-
-    Start the daemon with `recalld serve`; then search, remember and ingest from here.
-    """
-
-
-def _fail(as_json: bool, code: int, kind: str, message: str) -> NoReturn:
-    """Say what went wrong on stderr (and, under `--json`, as JSON on stdout) and exit."""
-    click.echo(f"Error: {message}", err=True)
-    if as_json:
-        error = {"type": kind, "message": message, "exit_code": code}
-        click.echo(json.dumps({"error": error}, ensure_ascii=False))
-    sys.exit(code)
-
-
-def main(argv: Sequence[str] | None = None) -> None:
-    """The console entry point: run `cli` and map errors to messages and exit codes."""
-    args = list(argv) if argv is not None else sys.argv[1:]
-    as_json = "--json" in args
-    try:
-        code = cli.main(args=args, prog_name="recalld", standalone_mode=False)
-    except click.exceptions.Abort as exc:
-        click.echo("Aborted!", err=True)
-        # click turns Ctrl-C into Abort; a declined prompt is an Abort of its own.
-        sys.exit(EXIT_INTERRUPTED if isinstance(exc.__cause__, KeyboardInterrupt) else EXIT_ERROR)
-    except click.ClickException as exc:
-        if not as_json:
-            exc.show()
-            sys.exit(exc.exit_code)
-        _fail(as_json, exc.exit_code, type(exc).__name__, exc.format_message())
-    except DaemonNotRunning as exc:
-        _fail(as_json, EXIT_UNAVAILABLE, type(exc).__name__, mask(exc.message))
-    except ConfigError as exc:
-        # A bad `--set` is a usage error, like any bad flag (exit 2).
-        usage = exc.data.get("source") == "flag"
-        _fail(as_json, EXIT_USAGE if usage else EXIT_ERROR, type(exc).__name__, mask(exc.message))
-    except RecalldError as exc:
-        _fail(as_json, EXIT_ERROR, type(exc).__name__, mask(exc.message))
-    except BrokenPipeError:
-        sys.exit(EXIT_ERROR)  # e.g. `recalld search x | head -1`
-    sys.exit(code if isinstance(code, int) else 0)
+        return getattr(app, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

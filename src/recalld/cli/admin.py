@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from recalld.cli.common import client_command, connect, json_option, load, pass_client, run_offline
+from recalld.cli.common import client_command, json_option, pass_client, run_offline
+from recalld.cli.connection import connect, load
 from recalld.cli.jobs import job_line
 from recalld.cli.output import duration, emit, pairs, snippet, table, when
 from recalld.client import Client

@@ -18,7 +18,7 @@ import click
 
 from recalld.cli import agent_hosts as hosts
 from recalld.cli.agent_hosts import BACKUP_SUFFIX, HOSTS, Change, Host
-from recalld.cli.common import load
+from recalld.cli.connection import load
 from recalld.cli.output import emit
 from recalld.errors import ConfigError
 

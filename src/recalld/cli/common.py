@@ -1,21 +1,17 @@
-"""Options every client command shares (`--config`, `--set`, `--json`) and how they resolve.
-
-Settings are resolved the daemon's way (defaults < file < `RECALLD_*` env < `--set`), so a
-client finds the socket the daemon listens on without being told.
+"""Options every client command shares (`--config`, `--set`, `--json`), the decorators that
+turn them into a connected client (`recalld.cli.connection` resolves them), and `run_offline`.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from recalld.client import Client
-from recalld.config import LoadedSettings, load_settings, socket_candidates
+from recalld.cli.connection import client_for, connect, load
 
 if TYPE_CHECKING:
     from recalld.api import AsyncMemory
@@ -63,23 +59,6 @@ def run_offline(
         lock.release()
 
 
-def parse_sets(values: tuple[str, ...]) -> dict[str, str]:
-    """`("embed.model=hash:64",)` → `{"embed.model": "hash:64"}`.
-
-    Raises:
-        click.BadParameter: A value has no `=`.
-    """
-    pairs: dict[str, str] = {}
-    for item in values:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise click.BadParameter(
-                f"{item!r} is not KEY=VALUE (e.g. embed.model=local)", param_hint="--set"
-            )
-        pairs[key.strip()] = value
-    return pairs
-
-
 def settings_options(func: F) -> F:
     """Add `--config FILE` and `--set KEY=VALUE`."""
     func = click.option(
@@ -109,23 +88,6 @@ def json_option(func: F) -> F:
 def client_command(func: F) -> F:
     """A command that talks to the daemon: settings options and `--json`."""
     return settings_options(json_option(func))
-
-
-def load(config_file: Path | None, sets: tuple[str, ...]) -> LoadedSettings:
-    """Resolve settings from the process environment, the config file and `--set`."""
-    return load_settings(config_file, os.environ, parse_sets(sets))
-
-
-def client_for(loaded: LoadedSettings) -> Client:
-    """A client for the daemon these settings name, trying the other known places after."""
-    places = socket_candidates(loaded, os.environ)
-    timeout = loaded.settings.client.timeout_s or None
-    return Client(places[0], timeout=timeout, fallbacks=places[1:])
-
-
-def connect(config_file: Path | None, sets: tuple[str, ...]) -> Client:
-    """A client for the daemon these settings name."""
-    return client_for(load(config_file, sets))
 
 
 def pass_client_and_settings(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import click
 
-from recalld.cli.common import load, settings_options
+from recalld.cli.common import settings_options
+from recalld.cli.connection import load
 from recalld.config import request_settings, socket_candidates
 
 

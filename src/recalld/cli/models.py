@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from recalld.cli.common import client_command, connect, json_option, load, pass_client
+from recalld.cli.common import client_command, json_option, pass_client
+from recalld.cli.connection import connect, load
 from recalld.cli.output import console, emit, table, when
 from recalld.client import Client
 from recalld.errors import DaemonNotRunning

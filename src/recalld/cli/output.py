@@ -1,11 +1,11 @@
 """Output for people (rich tables on stdout) and for scripts (`--json`).
 
-rich is imported on first use, so `recalld --help` stays fast.
+rich (and datetime) are imported on first use, so `recalld --help` and `recalld search --json`
+stay fast.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -87,6 +87,8 @@ def when(stamp: float | None) -> str:
     """A unix time as a local date-time, or empty."""
     if stamp is None:
         return ""
+    import datetime as dt  # only here: `recalld search --json` never needs it
+
     return dt.datetime.fromtimestamp(stamp).strftime("%Y-%m-%d %H:%M")
 
 

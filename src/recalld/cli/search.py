@@ -10,8 +10,9 @@ import click
 
 from recalld.cli.common import client_command, pass_client, pass_client_and_settings
 from recalld.cli.output import emit, snippet, table, when
+from recalld.cli.searching import SEARCH_MODES, search_and_show
 from recalld.client import Client
-from recalld.config import LoadedSettings, request_settings
+from recalld.config import LoadedSettings
 from recalld.projects import project_of
 from recalld.types import GRANULARITIES, KINDS, MEMORY_TYPES
 
@@ -19,14 +20,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _routes(explain: dict[str, Any]) -> str:
-    parts = []
-    for route, detail in explain.get("routes", {}).items():
-        extra = ", ".join(f"{k} {v}" for k, v in detail.items() if k != "rank")
-        parts.append(f"{route} #{detail.get('rank')} ({extra})")
-    return "; ".join(parts) or "-"
 
 
 def project_option(help_text: str) -> Callable[[F], F]:
@@ -46,9 +39,7 @@ def project_option(help_text: str) -> Callable[[F], F]:
 @click.command()
 @click.argument("query", nargs=-1, required=True)
 @click.option("--limit", "-n", type=click.IntRange(1, 1000), help="How many hits.")
-@click.option(
-    "--mode", type=click.Choice(["hybrid", "vector", "bm25"]), help="Retrieval routes to use."
-)
+@click.option("--mode", type=click.Choice(SEARCH_MODES), help="Retrieval routes to use.")
 @click.option("--explain", is_flag=True, help="Show how each hit was found.")
 @click.option(
     "--expand",
@@ -99,74 +90,25 @@ def search(
     Time words in the query ("last week", "in March 2023", "the first time") favour hits
     from that time, relative to the latest date in the searched sources.
     """
-    filters = {
-        "sources": list(sources),
-        "kinds": list(kinds),
-        "granularities": list(granularities),
-        "tags": list(tags),
-        "since": since,
-        "until": until,
-        "project": project_of(project) if project else None,
-    }
-    result = client.search(
-        " ".join(query),
+    search_and_show(
+        client,
+        loaded,
+        query,
         limit=limit,
         mode=mode,
-        filters=filters,
         explain=explain,
         expand=expand,
-        budget_tokens=budget,
-        time_aware=False if no_time else None,
-        settings=request_settings(loaded),
+        sources=sources,
+        kinds=kinds,
+        granularities=granularities,
+        tags=tags,
+        since=since,
+        until=until,
+        budget=budget,
+        no_time=no_time,
+        project=project,
+        as_json=as_json,
     )
-
-    def render(out: Console) -> None:
-        hits = result["hits"]
-        if not hits:
-            reason = " (no confident match)" if result.get("rejected") else ""
-            out.print(f"No results{reason}.")
-            return
-        rows = [
-            (
-                i,
-                f"{h['score']:.4f}",
-                h["id"],
-                f"{h['kind']}/{h['granularity']}",
-                h["source"],
-                snippet(h.get("context") or h["text"]),
-            )
-            for i, h in enumerate(hits, start=1)
-        ]
-        table(
-            out,
-            ["#", "score", "id", "kind", "source", "text"],
-            rows,
-            title=f"{len(hits)} hits, confidence {result['tier']}",
-        )
-        packing = result.get("packing")
-        if packing:
-            out.print(
-                f"packed {packing['used_tokens']}/{packing['budget_tokens']} tokens; "
-                f"dropped {len(packing['dropped'])} hits, "
-                f"{len(packing['context_dropped'])} contexts"
-            )
-        if explain:
-            time_note = result.get("explain", {}).get("time")
-            if time_note:
-                out.print(
-                    f"  time: {', '.join(time_note['phrases'])} -> "
-                    f"{time_note['start'] or '...'} to {time_note['end'] or '...'}"
-                    f"{', order ' + time_note['order'] if time_note['order'] else ''}"
-                    f" (anchor {time_note['anchor']}, {time_note['mode']})",
-                    markup=False,
-                )
-            for i, hit in enumerate(hits, start=1):
-                out.print(f"  #{i} id {hit['id']}: {_routes(hit.get('explain', {}))}")
-                if redacted := (hit.get("meta") or {}).get("redacted"):
-                    kinds = ", ".join(sorted({r["type"] for r in redacted}))
-                    out.print(f"      redacted before storing: {kinds}", markup=False)
-
-    emit(result, as_json, render)
 
 
 @click.command()

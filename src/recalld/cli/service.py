@@ -17,7 +17,8 @@ from string import Template
 
 import click
 
-from recalld.cli.common import parse_sets, settings_options
+from recalld.cli.common import settings_options
+from recalld.cli.connection import parse_sets
 from recalld.cli.output import print_json
 from recalld.cli.templates import LAUNCHD_PLIST, SYSTEMD_UNIT
 

@@ -19,7 +19,8 @@ from typing import IO, TYPE_CHECKING, Any
 import click
 
 from recalld import __version__
-from recalld.cli.common import connect, json_option, load, run_offline, settings_options
+from recalld.cli.common import json_option, run_offline, settings_options
+from recalld.cli.connection import connect, load
 from recalld.cli.output import emit
 from recalld.config import LoadedSettings
 
