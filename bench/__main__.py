@@ -322,7 +322,7 @@ def ablation(
     "--exact-below",
     type=int,
     default=None,
-    help="Use the cascade from this many chunks (default: storage.vectors.Tuning's 20000).",
+    help="Use the cascade from this many chunks (default: storage.sqlite.vectors.Tuning's 20000).",
 )
 @store_dir_option("Keep the synthetic stores here and reuse them on the next run.")
 @click.option(

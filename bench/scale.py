@@ -29,7 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bench import metrics
-from recalld.storage import writer
+from recalld.storage import records
 from recalld.storage.contract import Writer
 from recalld.storage.store import Store
 from recalld.types import NO_FILTERS, ChunkDraft, Filters
@@ -192,14 +192,14 @@ class PrecomputedEmbedder:
 def _documents(
     first_doc: int,
     batch: tuple[list[str], npt.NDArray[np.float32], npt.NDArray[np.int64]],
-) -> list[tuple[writer.NewDocument, list[writer.NewChunk]]]:
+) -> list[tuple[records.NewDocument, list[records.NewChunk]]]:
     texts, vectors, _ = batch
     docs = []
     for doc, start in enumerate(range(0, len(texts), CHUNKS_PER_DOCUMENT), start=first_doc):
         # Every fifth document is a conversation, so granularity filters have work to do.
         kind, granularity = ("conversation", "round") if doc % 5 == 4 else ("text", "chunk")
         new = [
-            writer.NewChunk(
+            records.NewChunk(
                 ChunkDraft(text=texts[i], kind=kind, granularity=granularity, key=f"c{i}"),  # type: ignore[arg-type]
                 len(texts[i].split()),
                 vectors[i],
@@ -207,7 +207,7 @@ def _documents(
             for i in range(start, min(start + CHUNKS_PER_DOCUMENT, len(texts)))
         ]
         docs.append(
-            (writer.NewDocument(f"synthetic/{doc:07d}.md", kind, "markdown", f"h{doc}"), new)
+            (records.NewDocument(f"synthetic/{doc:07d}.md", kind, "markdown", f"h{doc}"), new)
         )
     return docs
 
@@ -454,7 +454,7 @@ def run(
     With `pg_url`, every size is also built and measured on PostgreSQL (`bench.scale_pg`),
     each result row naming its backend.
     """
-    from recalld.storage.vectors import Tuning
+    from recalld.storage.sqlite.vectors import Tuning
 
     results = []
     context = multiprocessing.get_context("spawn")

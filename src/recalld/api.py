@@ -9,7 +9,7 @@ The daemon serves this same object over its socket; tests and benchmarks use it 
 Opened while a daemon runs on the same store, it says so (a warning, and `daemon_pid`) and
 works on: the store is one SQLite file in WAL mode, so each process sees the other's commits,
 and the daemon's in-memory vector index catches up with this process's writes before its next
-search (a change counter in the store, see `storage.vectors`).
+search (a change counter in the store, see `storage.sqlite.vectors`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from recalld.ingest.reindex import Reindexer
 from recalld.ingest.supersede_llm import supersession_detector
 from recalld.retrieval import gate, selftune
 from recalld.retrieval.search import Searcher
-from recalld.storage import history, links
+from recalld.storage import records
 from recalld.storage.store import Store, stored_model
 from recalld.types import NO_FILTERS, Chunk, Filters, SearchResult
 
@@ -298,7 +298,7 @@ class AsyncMemory:
         )
         return found[chunk_id]
 
-    async def update(self, chunk_id: int, edit: history.MemoryEdit) -> int:
+    async def update(self, chunk_id: int, edit: records.MemoryEdit) -> int:
         """Edit a memory; its earlier version is kept (see `history`). Returns the new version.
 
         Raises:
@@ -324,10 +324,10 @@ class AsyncMemory:
             NotFoundError: Either chunk does not exist.
             QueryError: Unknown relation, a weight outside 0..1, or a chunk linked to itself.
         """
-        if relation not in links.RELATIONS or not 0.0 <= weight <= 1.0 or src == dst:
+        if relation not in records.RELATIONS or not 0.0 <= weight <= 1.0 or src == dst:
             raise QueryError(
                 f"a link needs two different chunks, a relation among "
-                f"{', '.join(links.RELATIONS)} and a weight between 0 and 1",
+                f"{', '.join(records.RELATIONS)} and a weight between 0 and 1",
                 data={"relation": relation, "weight": weight},
             )
         await self._require(src, dst)
@@ -491,7 +491,7 @@ class Memory:
         """See `AsyncMemory.get`."""
         return self._run(self._memory.get(chunk_id))
 
-    def update(self, chunk_id: int, edit: history.MemoryEdit) -> int:
+    def update(self, chunk_id: int, edit: records.MemoryEdit) -> int:
         """See `AsyncMemory.update`."""
         return self._run(self._memory.update(chunk_id, edit))
 

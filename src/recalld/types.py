@@ -64,7 +64,7 @@ class Filters:
         since: Keep chunks whose event time is at or after this (unix seconds).
         until: Keep chunks whose event time is before this.
         project: Keep chunks of this project (a git root or folder) and of no project; a
-            document belongs to a project when `storage.projects` records one for it.
+            document belongs to a project when `storage.sqlite.projects` records one for it.
     """
 
     sources: tuple[str, ...] = ()

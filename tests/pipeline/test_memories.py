@@ -222,8 +222,8 @@ async def test_conversation_logs_get_structure_links_and_activation(
 async def test_status_names_the_backend_and_its_schema(
     daemon: Running, backend_env: dict[str, str]
 ) -> None:
-    from recalld.storage import schema
     from recalld.storage.pg import schema as pg_schema
+    from recalld.storage.sqlite import schema
 
     async with daemon.client() as client:
         info = await client.status()

@@ -9,7 +9,7 @@ import pytest
 
 from recalld import protocol
 from recalld.errors import ConfigError, NotFoundError, ProtocolError, QueryError
-from recalld.storage.schema import SCHEMA_VERSION
+from recalld.storage.sqlite.schema import SCHEMA_VERSION
 from tests.pipeline.conftest import Running, wait_until
 
 

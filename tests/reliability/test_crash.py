@@ -24,7 +24,7 @@ import pytest
 from recalld.client import Client
 from recalld.errors import DaemonError
 from recalld.storage.check import check_store
-from recalld.storage.connection import connect
+from recalld.storage.sqlite.connection import connect
 from tests.integration.conftest import Daemon
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -16,7 +16,7 @@ import pytest
 
 from recalld.cli import main
 from recalld.errors import ParseError
-from recalld.storage.connection import connect
+from recalld.storage.sqlite.connection import connect
 from tests.pipeline.conftest import Running, daemon_env, start, stop
 
 MEMORIES = [

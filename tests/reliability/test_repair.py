@@ -19,7 +19,7 @@ from recalld.config import Settings, load_settings
 from recalld.embeddings.base import HashEmbedder
 from recalld.ingest.pipeline import MEMORY_PREFIX, content_hash
 from recalld.storage.check import check_store, failed
-from recalld.storage.connection import connect
+from recalld.storage.sqlite.connection import connect
 from tests.pipeline.conftest import Running, daemon_env, start, stop
 
 EMBEDDER = HashEmbedder(64)
@@ -352,7 +352,7 @@ def test_model_mismatch_is_found_and_left_alone(
 def test_a_store_killed_during_its_first_start_checks_clean(tmp_path: Path) -> None:
     """A first start can die before the schema exists, or before the model's vector table
     does; neither is damage, and the next start finishes the job."""
-    from recalld.storage import schema
+    from recalld.storage.sqlite import schema
 
     path = tmp_path / "new.db"
     connect(path).close()  # the file, nothing in it

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from recalld.errors import StoreGoneError
-from recalld.storage.connection import connect
+from recalld.storage.sqlite.connection import connect
 from tests.integration.conftest import Daemon
 
 pytestmark = pytest.mark.integration

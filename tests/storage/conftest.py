@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from recalld.embeddings.base import HashEmbedder
-from recalld.storage import writer
+from recalld.storage import records
 from recalld.storage.store import Store
 from recalld.types import ChunkDraft
 from tests.helpers.postgres import VECTOR_INDEX
@@ -30,15 +30,15 @@ async def store(location: Path | str) -> AsyncIterator[Store]:
     await s.close()
 
 
-def new_chunks(texts: list[str], **kw) -> list[writer.NewChunk]:
+def new_chunks(texts: list[str], **kw) -> list[records.NewChunk]:
     vectors = EMBEDDER.embed(texts)
     return [
-        writer.NewChunk(ChunkDraft(text=t, key=f"k{i}", **kw), len(t.split()), vectors[i])
+        records.NewChunk(ChunkDraft(text=t, key=f"k{i}", **kw), len(t.split()), vectors[i])
         for i, t in enumerate(texts)
     ]
 
 
 async def put(store: Store, source: str, texts: list[str], digest: str = "h", **kw) -> int:
-    doc = writer.NewDocument(source, "text", "markdown", digest)
+    doc = records.NewDocument(source, "text", "markdown", digest)
     chunks = new_chunks(texts, **kw)
     return await store.write(lambda c: c.replace_document(doc, chunks))

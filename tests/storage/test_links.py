@@ -10,8 +10,9 @@ import pytest
 
 from recalld.embeddings.base import HashEmbedder
 from recalld.errors import IngestError, NotFoundError
-from recalld.storage import history, links, schema, writer
-from recalld.storage.connection import connect
+from recalld.storage import records
+from recalld.storage.sqlite import schema
+from recalld.storage.sqlite.connection import connect
 from recalld.storage.store import Store
 from recalld.types import ChunkDraft, Filters
 from tests.storage.conftest import EMBEDDER, put
@@ -94,8 +95,8 @@ async def test_parent_and_temporal_links_follow_the_document(store: Store) -> No
         draft("r3", "round", "s"),
     ]
     vectors = EMBEDDER.embed([d.text for d in drafts])
-    chunks = [writer.NewChunk(d, 3, vectors[i]) for i, d in enumerate(drafts)]
-    doc = writer.NewDocument("log", "conversation", "json", "h1")
+    chunks = [records.NewChunk(d, 3, vectors[i]) for i, d in enumerate(drafts)]
+    doc = records.NewDocument("log", "conversation", "json", "h1")
     await store.write(lambda c: c.replace_document(doc, chunks))
     s, r1, f1, r2, r3 = await ids_of(store, "log")
 
@@ -114,9 +115,9 @@ async def test_parent_and_temporal_links_follow_the_document(store: Store) -> No
     # The log grows by a round: the new round is linked, nothing else changes.
     drafts.append(draft("r4", "round", "s"))
     vectors = EMBEDDER.embed(["text of r4"])
-    grown = [writer.NewChunk(d, 3, None) for d in drafts[:-1]]
-    grown.append(writer.NewChunk(drafts[-1], 3, vectors[0]))
-    doc = writer.NewDocument("log", "conversation", "json", "h2")
+    grown = [records.NewChunk(d, 3, None) for d in drafts[:-1]]
+    grown.append(records.NewChunk(drafts[-1], 3, vectors[0]))
+    doc = records.NewDocument("log", "conversation", "json", "h2")
     await store.write(lambda c: c.replace_document(doc, grown))
     *_, r4 = await ids_of(store, "log")
     found = await all_links()
@@ -129,14 +130,14 @@ async def test_auto_links_from_the_ingest_resolve_keys_and_ids(store: Store) -> 
     texts = ["Ana moved to Lisbon", "Ana moved to Lisbon!"]
     vectors = EMBEDDER.embed(texts)
     chunks = [
-        writer.NewChunk(
+        records.NewChunk(
             ChunkDraft(text=texts[0], key="a"), 4, vectors[0], (("supersedes", old, 1.0),)
         ),
-        writer.NewChunk(
+        records.NewChunk(
             ChunkDraft(text=texts[1], key="b"), 4, vectors[1], (("similar", "a", 0.97),)
         ),
     ]
-    doc = writer.NewDocument("new", "text", "markdown", "h")
+    doc = records.NewDocument("new", "text", "markdown", "h")
     await store.write(lambda c: c.replace_document(doc, chunks))
     a, b = await ids_of(store, "new")
     assert await status_of(store, old) == "superseded"
@@ -150,11 +151,11 @@ async def test_memory_edit_keeps_history_and_moves_the_vector(store: Store) -> N
 
     draft = ChunkDraft(text="Ana lives in Porto", kind="memory", granularity="memory", key="memory")
     vec = embedder.embed([draft.text])[0]
-    doc = writer.NewDocument("memory:aaa", "memory", "memory", "aaa")
-    await store.write(lambda c: c.replace_document(doc, [writer.NewChunk(draft, 4, vec)]))
+    doc = records.NewDocument("memory:aaa", "memory", "memory", "aaa")
+    await store.write(lambda c: c.replace_document(doc, [records.NewChunk(draft, 4, vec)]))
     [cid] = await ids_of(store, "memory:aaa")
     new_vec = embedder.embed(["Ana lives in Lisbon"])[0]
-    edit = history.MemoryEdit(text="Ana lives in Lisbon", tags=("home",))
+    edit = records.MemoryEdit(text="Ana lives in Lisbon", tags=("home",))
 
     async def update(conn):
         return await conn.update_memory(
@@ -187,7 +188,7 @@ async def test_memory_edit_keeps_history_and_moves_the_vector(store: Store) -> N
 async def test_only_memories_can_be_edited_and_texts_stay_unique(store: Store) -> None:
     await put(store, "file.md", ["a paragraph"])
     [cid] = await ids_of(store, "file.md")
-    edit = history.MemoryEdit(text="x")
+    edit = records.MemoryEdit(text="x")
 
     def update(target: int, source: str):
         async def run(conn):
@@ -207,8 +208,8 @@ async def test_only_memories_can_be_edited_and_texts_stay_unique(store: Store) -
         await store.write(update(cid, "memory:zzz"))
     draft = ChunkDraft(text="m", kind="memory", granularity="memory", key="memory")
     vec = EMBEDDER.embed(["m"])[0]
-    doc = writer.NewDocument("memory:m", "memory", "memory", "m")
-    await store.write(lambda c: c.replace_document(doc, [writer.NewChunk(draft, 1, vec)]))
+    doc = records.NewDocument("memory:m", "memory", "memory", "m")
+    await store.write(lambda c: c.replace_document(doc, [records.NewChunk(draft, 1, vec)]))
     [mid] = await ids_of(store, "memory:m")
     with pytest.raises(IngestError, match="already holds"):
         await store.write(update(mid, "file.md"))
@@ -219,4 +220,4 @@ def test_the_cli_knows_the_same_relations() -> None:
     # The CLI keeps its own copy so that it need not import storage (start-up cost).
     from recalld.cli.memories import RELATIONS
 
-    assert RELATIONS == links.RELATIONS
+    assert RELATIONS == records.RELATIONS

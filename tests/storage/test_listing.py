@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from recalld.storage import forgotten, listing, writer
+from recalld.storage import forgotten, listing, records
 from recalld.storage.store import Store
 from tests.storage.conftest import new_chunks
 
 
 async def put(store: Store, source: str, texts: list[str], digest: str, **kw: Any) -> int:
-    doc = writer.NewDocument(source, kw.get("kind", "text"), "markdown", digest)
+    doc = records.NewDocument(source, kw.get("kind", "text"), "markdown", digest)
     chunks = new_chunks(texts, **kw)
     return await store.write(lambda c: c.replace_document(doc, chunks))
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from recalld.storage import vectors
+from recalld.storage.sqlite import vectors
 from recalld.storage.store import Store
 from tests.storage.test_vectors import DIM, TIGHT, clustered, knn, put, unit
 
@@ -42,7 +42,7 @@ async def test_the_mirror_catches_up_with_another_writer(
     assert daemon.vectors.live == 600 and (await daemon.check_vector_index()) == (0, 0)
 
     # Without check, the next search catches up by itself: found through the cascade.
-    caplog.set_level(logging.INFO, logger="recalld.storage.vectors")
+    caplog.set_level(logging.INFO, logger="recalld.storage.sqlite.vectors")
     await put(other, "late.md", probe[None, :])
     hits = await knn(daemon, probe, k=1)
     assert daemon.vectors.live == 601
@@ -71,7 +71,7 @@ async def test_writes_without_vectors_do_not_count(
     daemon, other = pair
     await put(daemon, "a.md", clustered(50))
     await knn(daemon, clustered(1)[0])
-    caplog.set_level(logging.INFO, logger="recalld.storage.vectors")
+    caplog.set_level(logging.INFO, logger="recalld.storage.sqlite.vectors")
     await other.write(lambda c: c.execute("INSERT INTO meta (key, value) VALUES ('x', 'y')"))
     await knn(daemon, clustered(1)[0])
     assert daemon.vectors.loaded and "reloads" not in caplog.text

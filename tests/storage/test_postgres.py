@@ -16,9 +16,9 @@ import pytest
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.errors import ModelMismatchError, NotFoundError, ReindexError, SchemaTooNewError
-from recalld.storage.connection import connect
-from recalld.storage.history import MemoryEdit
 from recalld.storage.pg import schema
+from recalld.storage.records import MemoryEdit
+from recalld.storage.sqlite.connection import connect
 from recalld.storage.store import Store
 from tests.helpers.postgres import VECTOR_INDEX, PgServer
 
@@ -315,7 +315,7 @@ async def test_check_reports_a_broken_invariant(pg_url: str):
         report = await asyncio.to_thread(check_store, store.path)
         assert not report["ok"]
         assert [c["name"] for c in report["checks"] if not c["ok"]] == ["chunk_count_mismatch"]
-        from recalld.storage.repair import check_and_repair
+        from recalld.storage.sqlite.repair import check_and_repair
 
         async def never(_: object) -> None:
             raise AssertionError("nothing is re-ingested or forgotten")

@@ -12,9 +12,10 @@ import pytest
 
 from recalld.embeddings.base import HashEmbedder
 from recalld.errors import ReindexError
-from recalld.storage import check, reindex, repair, schema, writer
+from recalld.storage import check, records
 from recalld.storage.backend import is_url
-from recalld.storage.connection import connect
+from recalld.storage.sqlite import repair, schema
+from recalld.storage.sqlite.connection import connect
 from recalld.storage.store import Store, stored_model
 from recalld.types import ChunkDraft, Filters
 from tests.storage.conftest import put
@@ -32,7 +33,7 @@ async def stage_all(store: Store, rows: list[tuple[int, str]]) -> int:
     return await store.write(lambda c: c.stage_vectors(ids, matrix, NEW.model_id))
 
 
-async def begin(store: Store) -> reindex.ReindexState:
+async def begin(store: Store) -> records.ReindexState:
     return await store.write(lambda c: c.begin_reindex("hash:32", NEW.model_id, 32))
 
 
@@ -69,8 +70,8 @@ async def test_stage_swap_and_the_cascade_tables(store: Store) -> None:
     if not postgres:  # a SQLite file's model is read without opening the store
         assert await asyncio.to_thread(stored_model, store.path) == ("hash:32", "hash-32", 32)
     # New chunks after the swap go in at the new dimension.
-    doc = writer.NewDocument("/b.md", "text", "markdown", "hb")
-    chunk = writer.NewChunk(ChunkDraft(text="gamma", key="k0"), 1, NEW.embed(["gamma"])[0])
+    doc = records.NewDocument("/b.md", "text", "markdown", "hb")
+    chunk = records.NewChunk(ChunkDraft(text="gamma", key="k0"), 1, NEW.embed(["gamma"])[0])
     await store.write(lambda c: c.replace_document(doc, [chunk]))
     hits = await store.read(lambda c: c.knn(NEW.embed(["gamma"])[0], 1, Filters()))
     assert hits[0][1] == pytest.approx(0, abs=1e-5)
@@ -112,7 +113,7 @@ async def test_check_reports_a_reindex_and_repair_drops_only_bad_rows(store: Sto
     assert await store.read(lambda r: r.reindex_progress()) == (5, 12)  # the sound rows stay
     # Staged rows with no reindex recorded: flagged and dropped.
     await store.write(
-        lambda c: c.execute("DELETE FROM meta WHERE key IN (?, ?, ?, ?)", tuple(reindex.STATE_KEYS))
+        lambda c: c.execute("DELETE FROM meta WHERE key IN (?, ?, ?, ?)", tuple(records.STATE_KEYS))
     )
     report = await asyncio.to_thread(check.check_store, store.path)
     assert check.failed(report) == {"reindex"}

@@ -3,8 +3,8 @@ from pathlib import Path
 import pytest
 
 from recalld.errors import ModelMismatchError, SchemaTooNewError, StoreError
-from recalld.storage import schema
-from recalld.storage.connection import connect
+from recalld.storage.sqlite import schema
+from recalld.storage.sqlite.connection import connect
 from recalld.storage.store import Store
 
 

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from recalld.errors import QueryError
-from recalld.storage import writer
+from recalld.storage import records
 from recalld.storage.fts import match_expression, query_terms
 from recalld.storage.store import Store
 from recalld.types import NO_FILTERS, ChunkDraft, Filters
@@ -36,8 +36,8 @@ async def test_replace_document_is_atomic_and_keeps_parity(store: Store):
 
 async def test_failed_replacement_leaves_the_old_document(store: Store):
     await put(store, "a.md", ["alpha one"])
-    bad = [writer.NewChunk(ChunkDraft(text="gamma", key="k"), 1, EMBEDDER.embed(["g"])[0][:10])]
-    doc = writer.NewDocument("a.md", "text", "markdown", "h3")
+    bad = [records.NewChunk(ChunkDraft(text="gamma", key="k"), 1, EMBEDDER.embed(["g"])[0][:10])]
+    doc = records.NewDocument("a.md", "text", "markdown", "h3")
     with pytest.raises(Exception, match=r"(?i)dimension"):
         await store.write(lambda c: c.replace_document(doc, bad))
     assert len(await fts(store, "alpha")) == 1
@@ -50,8 +50,8 @@ async def test_unchanged_chunks_keep_their_rows_and_counters(store: Store):
     [first] = await fts(store, "one")
     await store.write(lambda c: c.count_use([first[0]], retrieval=True))
     grown = new_chunks(["round one", "round two", "round three"])
-    keep = [writer.NewChunk(c.draft, c.token_count, None) for c in grown[:2]] + grown[2:]
-    doc = writer.NewDocument("log.jsonl", "conversation", "jsonl", "h2")
+    keep = [records.NewChunk(c.draft, c.token_count, None) for c in grown[:2]] + grown[2:]
+    doc = records.NewDocument("log.jsonl", "conversation", "jsonl", "h2")
     await store.write(lambda c: c.replace_document(doc, keep))
     [again] = await fts(store, "one")
     assert again[0] == first[0]
@@ -63,15 +63,15 @@ async def test_unchanged_chunks_keep_their_rows_and_counters(store: Store):
 async def test_parents_are_linked_by_key(store: Store):
     vecs = EMBEDDER.embed(["s", "r", "f"])
     chunks = [
-        writer.NewChunk(
+        records.NewChunk(
             ChunkDraft(text="fact", key="f", parent_key="r", granularity="fact"), 1, vecs[2]
         ),
-        writer.NewChunk(ChunkDraft(text="session", key="s", granularity="session"), 1, vecs[0]),
-        writer.NewChunk(
+        records.NewChunk(ChunkDraft(text="session", key="s", granularity="session"), 1, vecs[0]),
+        records.NewChunk(
             ChunkDraft(text="round", key="r", parent_key="s", granularity="round"), 1, vecs[1]
         ),
     ]
-    doc = writer.NewDocument("c.json", "conversation", "locomo", "h")
+    doc = records.NewDocument("c.json", "conversation", "locomo", "h")
     await store.write(lambda c: c.replace_document(doc, chunks))
     rows = await store.read(
         lambda c: c.fetchall(
@@ -200,7 +200,7 @@ async def test_query_time_limit(location: Path | str):
 
 async def test_a_cancelled_write_finishes_and_the_writer_stays_usable(store: Store):
     inside, release = asyncio.Event(), asyncio.Event()
-    doc = writer.NewDocument("slow.md", "text", "markdown", "h")
+    doc = records.NewDocument("slow.md", "text", "markdown", "h")
     chunks = new_chunks(["slow write"])
 
     async def slow(conn):
@@ -243,12 +243,12 @@ async def test_redacted_chunks_and_skipped_files_are_counted(store: Store):
     """`status` and `sources list` read these on both backends (issue 16)."""
     await put(store, "/p/a.md", ["key [REDACTED:aws_access_key] here", "nothing"])
     marked = new_chunks(["token [REDACTED:github_token]"], meta={"redacted": [{"type": "x"}]})
-    doc = writer.NewDocument("/p/b.md", "text", "markdown", "h")
+    doc = records.NewDocument("/p/b.md", "text", "markdown", "h")
     await store.write(lambda c: c.replace_document(doc, marked))
     # The word alone (a document about redaction) is not a redaction.
     await put(store, "/p/c.md", ["the report was redacted before release"])
     for source, file_type in (("/p/x.gz", ".gz"), ("/p/y.gz", ".gz"), ("/q/tool", "binary")):
-        skipped = writer.NewDocument(source, "skipped", file_type, f"skipped:{file_type}")
+        skipped = records.NewDocument(source, "skipped", file_type, f"skipped:{file_type}")
         await store.write(lambda c, d=skipped: c.replace_document(d, []))
     assert await store.read(lambda r: r.redacted_chunks()) == 1
     assert await store.read(lambda r: r.skipped_files()) == {".gz": 2, "binary": 1}

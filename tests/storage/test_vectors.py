@@ -1,4 +1,4 @@
-"""The vector cascade (storage/vectors.py) against sqlite-vec's exact KNN, on real files."""
+"""The vector cascade (storage/sqlite/vectors.py) against sqlite-vec's exact KNN, on real files."""
 
 import asyncio
 import dataclasses
@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recalld.storage import schema, vectors, writer
-from recalld.storage.connection import connect
+from recalld.storage import records
+from recalld.storage.sqlite import schema, vectors
+from recalld.storage.sqlite.connection import connect
 from recalld.storage.store import Store
 from recalld.types import NO_FILTERS, ChunkDraft, Filters
 
@@ -41,14 +42,14 @@ def unit(v: np.ndarray) -> np.ndarray:
 
 async def put(store: Store, source: str, vecs: np.ndarray, kind="text", granularity="chunk"):
     chunks = [
-        writer.NewChunk(
+        records.NewChunk(
             ChunkDraft(text=f"{source} {i}", kind=kind, granularity=granularity, key=f"k{i}"),
             2,
             v,
         )
         for i, v in enumerate(vecs)
     ]
-    doc = writer.NewDocument(source, kind, "markdown", f"h{hash(vecs.tobytes())}")
+    doc = records.NewDocument(source, kind, "markdown", f"h{hash(vecs.tobytes())}")
     return await store.write(lambda c: c.replace_document(doc, chunks))
 
 
@@ -324,7 +325,7 @@ async def test_rebuild_refills_from_chunks_vec(filled, route):
     store, data = filled
     use(store, route)
     await knn(store, data[0])
-    count = await store.write_conn(lambda c: vectors.rebuild(c, DIM))
+    count = await store.write_conn(lambda c: vectors.rebuild(c, store.vectors, DIM))
     assert count == 3000
     assert not store.vectors.loaded  # reloads on the next search
     assert [c for c, _ in await knn(store, data[9])] == [c for c, _ in await exact(store, data[9])]

@@ -16,7 +16,7 @@ import pytest
 from recalld import __version__
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
-from recalld.storage import history
+from recalld.storage import records
 from recalld.storage.exporter import export_lines
 from recalld.storage.importer import import_file
 from tests.helpers.postgres import VECTOR_INDEX, PgServer
@@ -59,7 +59,7 @@ async def fill(memory: AsyncMemory, folder: Path) -> None:
         # (Not found by a search: searches count their hits in the background.)
         [chunk] = await memory.store.read(lambda c, d=doc_id: c.neighbours(d, 0, 0))
         ids.append(chunk.id)
-    await memory.ingestor.update_memory(ids[1], history.MemoryEdit(text="Maria prefers green tea"))
+    await memory.ingestor.update_memory(ids[1], records.MemoryEdit(text="Maria prefers green tea"))
     await memory.link(ids[0], ids[1], "related", 0.75)
     await memory.store.write(lambda c: c.count_use([ids[0]], retrieval=True))
 

@@ -17,8 +17,8 @@ from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.embeddings.base import HashEmbedder
 from recalld.storage import exporter
-from recalld.storage.history import MemoryEdit
-from recalld.storage.repair import memory_source
+from recalld.storage.records import MemoryEdit
+from recalld.storage.sqlite.repair import memory_source
 from tests.pipeline.conftest import Running, daemon_env, start, stop
 from tests.transfer.test_socket_and_cli import run_cli
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import pytest
 
 from recalld.retrieval import activation, status
-from recalld.storage.links import Link
+from recalld.storage.records import Link
 
 
 def graph(links: list[Link]):

@@ -273,7 +273,7 @@ def _render_check(report: dict[str, Any]) -> Any:
 def _repair_offline(loaded: LoadedSettings) -> dict[str, Any]:
     """Repair the store with the daemon stopped: its lock, the configured model, our own loop."""
     # Imported only here: the store, the model and the ingest pipeline are heavy.
-    from recalld.storage.repair import check_and_repair
+    from recalld.storage.sqlite.repair import check_and_repair
 
     settings = loaded.settings
     if not settings.store_url and not settings.store_path.exists():
@@ -294,11 +294,11 @@ def _repair_offline(loaded: LoadedSettings) -> dict[str, Any]:
 
 def _rebuilding(path: Path) -> Any:
     """Around an offline repair: a store SQLite finds damaged is rebuilt from what can be read
-    first (`storage.salvage`), and once more if the repair still finds it damaged. At most two
-    rebuilds and three repairs: it always ends."""
+    first (`storage.sqlite.salvage`), and once more if the repair still finds it damaged. At most
+    two rebuilds and three repairs: it always ends."""
     from recalld.errors import StoreError
     from recalld.storage.check import check_store
-    from recalld.storage.salvage import is_damaged_report, salvage
+    from recalld.storage.sqlite.salvage import is_damaged_report, salvage
 
     def run(repair: Any) -> dict[str, Any]:
         rebuilds: list[dict[str, Any]] = []

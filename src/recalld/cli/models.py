@@ -13,6 +13,7 @@ from recalld.cli.connection import connect, load
 from recalld.cli.output import console, emit, table, when
 from recalld.client import Client
 from recalld.errors import DaemonNotRunning
+from recalld.storage import records
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -22,14 +23,13 @@ def _offline_models(config_file: Path | None, sets: tuple[str, ...]) -> dict[str
     """The model list without a daemon: the settings, and the store file's `meta`."""
     # Imported only here: the store layer pulls numpy and sqlite-vec.
     from recalld.embeddings import catalog, tuned
-    from recalld.storage import reindex
     from recalld.storage.store import stored_meta
 
     settings = load(config_file, sets).settings
     meta = stored_meta(settings.store_location) or {}
-    state = reindex.state_from_meta(meta)
+    state = records.state_from_meta(meta)
     target = state.as_dict() if state else None
-    spec = meta.get(reindex.SPEC_KEY)
+    spec = meta.get(records.SPEC_KEY)
     dimension = int(meta["dimension"]) if "dimension" in meta else None
     extra = tuple(s for s in (spec, target and target["spec"]) if s)
     return {

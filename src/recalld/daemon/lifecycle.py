@@ -43,7 +43,7 @@ from recalld.ingest.scheduler import Scheduler
 from recalld.ingest.watcher import PathFilter, Watcher
 from recalld.masking import mask
 from recalld.storage import forgotten as stored_forgotten
-from recalld.storage.connection import UNREADABLE, damaged_error
+from recalld.storage.sqlite.connection import UNREADABLE, damaged_error
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from recalld.daemon.params import InvalidParams, Params
 from recalld.errors import NotFoundError
-from recalld.storage.history import MemoryEdit
-from recalld.storage.links import RELATIONS
+from recalld.storage.records import RELATIONS, MemoryEdit
 from recalld.types import MEMORY_TYPES, Filters
 
 if TYPE_CHECKING:

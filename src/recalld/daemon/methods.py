@@ -35,9 +35,10 @@ from recalld.errors import ConfigError, NotFoundError, RecalldError
 from recalld.ingest.watcher import SOURCE_KINDS
 from recalld.projects import elsewhere
 from recalld.retrieval.search import MODES
-from recalld.storage import check, repair
-from recalld.storage.connection import UNREADABLE, damaged_error, is_damaged
-from recalld.storage.guard import is_disk_full, os_disk_full_error, write_state
+from recalld.storage import check
+from recalld.storage.sqlite import repair
+from recalld.storage.sqlite.connection import UNREADABLE, damaged_error, is_damaged
+from recalld.storage.sqlite.guard import is_disk_full, os_disk_full_error, write_state
 from recalld.types import MEMORY_TYPES, Chunk, Hit
 
 if TYPE_CHECKING:
@@ -341,7 +342,7 @@ async def errors_list(ctx: Context, params: Params, progress: Progress) -> Any:
 
 
 async def admin_check(ctx: Context, params: Params, progress: Progress) -> Any:
-    """Verify the store's invariants; with `repair`, restore them (see `storage.repair`)."""
+    """Verify the store's invariants; with `repair`, restore them (see `storage.sqlite.repair`)."""
     fix = params.boolean("repair", False)
     params.done()
     memory = ctx.memory

@@ -27,10 +27,10 @@ from recalld.config import LinkSettings
 from recalld.errors import IngestError
 from recalld.ingest import supersede
 from recalld.ingest.supersede_llm import LLMSupersessionDetector
-from recalld.storage.connection import OperationalError
 from recalld.storage.contract import Reader
+from recalld.storage.records import AutoLink
+from recalld.storage.sqlite.connection import OperationalError
 from recalld.storage.store import Store
-from recalld.storage.writer import AutoLink
 from recalld.types import ChunkDraft, Filters
 
 logger = logging.getLogger(__name__)

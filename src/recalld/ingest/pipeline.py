@@ -41,7 +41,7 @@ from recalld.ingest.autolink import AutoLinker
 from recalld.ingest.facts_llm import LLMFactExtractor
 from recalld.ingest.supersede_llm import LLMSupersessionDetector
 from recalld.safe_io import call_with_timeout, open_regular
-from recalld.storage import history, writer
+from recalld.storage import records
 from recalld.storage.contract import Writer
 from recalld.storage.importer import Redact
 from recalld.storage.store import Store
@@ -381,7 +381,7 @@ class Ingestor:
                 async with self.store.reading() as reader:
                     known = await reader.chunk_keys(stored.id)
             for c_index, draft in enumerate(doc.parsed.chunks):
-                if known.get(draft.key) != writer.chunk_hash(draft):
+                if known.get(draft.key) != records.chunk_hash(draft):
                     todo.append((d_index, c_index, draft))
         texts = [draft.text for _, _, draft in todo]
         vectors = await self.embed(texts)
@@ -396,12 +396,12 @@ class Ingestor:
                 doc.parsed.chunks, [v for v, _ in found], stored_ids.get(d_index)
             )
             chunks = [
-                writer.NewChunk(draft, count, vector, links)
+                records.NewChunk(draft, count, vector, links)
                 for draft, (vector, count), links in zip(
                     doc.parsed.chunks, found, autolinks, strict=True
                 )
             ]
-            row = writer.NewDocument(
+            row = records.NewDocument(
                 doc.source,
                 doc.parsed.kind,
                 doc.parsed.format,
@@ -413,7 +413,9 @@ class Ingestor:
             )
 
             async def write(
-                conn: Writer, row: writer.NewDocument = row, chunks: list[writer.NewChunk] = chunks
+                conn: Writer,
+                row: records.NewDocument = row,
+                chunks: list[records.NewChunk] = chunks,
             ) -> int:
                 if self.store.model_changed(version):
                     raise _ModelChanged
@@ -515,8 +517,8 @@ class Ingestor:
         [(_, report)] = await self._embed_and_write([_Prepared(source, digest, parsed, None, None)])
         return report
 
-    async def update_memory(self, chunk_id: int, edit: history.MemoryEdit) -> int:
-        """Edit a memory in place, keeping its earlier version (`storage.history`).
+    async def update_memory(self, chunk_id: int, edit: records.MemoryEdit) -> int:
+        """Edit a memory in place, keeping its earlier version (`storage.sqlite.history`).
 
         Returns:
             The new version number.
@@ -571,7 +573,7 @@ class Ingestor:
                 edit,
                 source=f"{MEMORY_PREFIX}{digest[:16]}",
                 content_hash=digest,
-                chunk_hash=writer.chunk_hash(draft),
+                chunk_hash=records.chunk_hash(draft),
                 token_count=tokens,
                 vector=vector,
                 meta=draft.meta,

@@ -9,7 +9,7 @@ The daemon keeps answering with the old model the whole time: ingest goes on wri
 vectors to the live index, and the job picks up whatever is still missing from the staging
 table on its next pass. A store holds one reindex at a time; its state lives in `meta`, so a
 daemon stopped or killed half-way resumes from what is staged (`Reindexer.resume`). The SQL is
-in `storage.reindex`; this module only schedules it.
+in `storage.sqlite.reindex`; this module only schedules it.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from recalld.embeddings.base import Embedder
 from recalld.errors import RecalldError, ReindexError
-from recalld.storage import reindex
+from recalld.storage import records
 from recalld.storage.contract import Writer
 from recalld.storage.store import Store
 
@@ -72,7 +72,7 @@ class Reindexer:
         self._prepare = prepare
         self._switch = switch
         self.batch = batch
-        self.state: reindex.ReindexState | None = None
+        self.state: records.ReindexState | None = None
         self.task: asyncio.Task[dict[str, Any]] | None = None
         self.last: dict[str, Any] | None = None
         self._embedder: Embedder | None = None
@@ -225,7 +225,7 @@ class Reindexer:
 
     # -- the job -------------------------------------------------------------------------------
 
-    def _launch(self, state: reindex.ReindexState, embedder: Embedder) -> None:
+    def _launch(self, state: records.ReindexState, embedder: Embedder) -> None:
         self.state, self._embedder = state, embedder
         self._embedded, self._run_started = 0, time.monotonic()
         self._phase, self._error = "embedding", None
@@ -247,7 +247,7 @@ class Reindexer:
         self.state, self._embedder, self.task = None, None, None
         self._phase, self._error, self._done, self._total = "idle", None, 0, 0
 
-    async def _run(self, state: reindex.ReindexState, embedder: Embedder) -> dict[str, Any]:
+    async def _run(self, state: records.ReindexState, embedder: Embedder) -> dict[str, Any]:
         started = time.monotonic()
         delay = 1.0
         while True:
@@ -291,7 +291,7 @@ class Reindexer:
         )
         return result
 
-    async def _catch_up(self, state: reindex.ReindexState, embedder: Embedder) -> None:
+    async def _catch_up(self, state: records.ReindexState, embedder: Embedder) -> None:
         """Embed and stage every chunk without a new vector; passes repeat until none is left
         (chunks ingested meanwhile may take ids below the first pass's position)."""
         after = 0
@@ -322,7 +322,7 @@ class Reindexer:
             self._done += staged
             after = ids[-1]
 
-    async def _swap(self, state: reindex.ReindexState, embedder: Embedder) -> int:
+    async def _swap(self, state: records.ReindexState, embedder: Embedder) -> int:
         async def final(conn: Writer) -> int:
             late = await conn.reindex_missing(0, CATCHUP_MAX + 1)
             if len(late) > CATCHUP_MAX:

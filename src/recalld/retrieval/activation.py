@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
-from recalld.storage.links import Link
+from recalld.storage.records import Link
 from recalld.storage.store import Store
 from recalld.types import Filters
 

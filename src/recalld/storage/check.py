@@ -5,33 +5,35 @@
 - no document is left `partial`;
 - the vector cascade's tables (`vector_codes`, `vector_floats`) mirror `chunks_vec`;
 - the embedding model and dimension in `meta` match the vector table;
-- a reindex in progress (storage/reindex.py) is reported, not flagged: its staging table is
+- a reindex in progress (storage/sqlite/reindex.py) is reported, not flagged: its staging table is
   half-full by design; its rows must belong to live chunks, have the target's dimension, and
   exist only while a reindex is recorded;
 - FTS5's own `integrity-check`, comparing the index with the chunks it was built from
   (https://sqlite.org/fts5.html#the_integrity_check_command);
 - `PRAGMA integrity_check` (https://sqlite.org/pragma.html#pragma_integrity_check);
-- every stored value can be read back and sent as JSON (`storage.values`): the ids of rows
+- every stored value can be read back and sent as JSON (`storage.sqlite.values`): the ids of rows
   holding an `inf` time, text that is not UTF-8 and the like are reported.
 
 It opens its own connections without the reader pool's time limit: an integrity check of a
 large file can take longer than any search should. FTS5 runs its integrity check as an
 `INSERT`, which a read-only connection refuses, so that one runs on a writable connection
-inside a transaction that is rolled back. Blocking; run it in a thread. `storage.repair`
+inside a transaction that is rolled back. Blocking; run it in a thread. `storage.sqlite.repair`
 restores what this finds broken.
 """
 
 from __future__ import annotations
 
 import re
+import sqlite3
 import time
 from pathlib import Path
 from typing import Any
 
 from recalld.errors import StoreError
-from recalld.storage import reindex, values
+from recalld.storage import records
 from recalld.storage.backend import is_url
-from recalld.storage.connection import UNREADABLE, DatabaseError, connect, damaged_error
+from recalld.storage.sqlite import values
+from recalld.storage.sqlite.connection import UNREADABLE, DatabaseError, connect, damaged_error
 
 # Each check: a name, one query returning a single number that must be 0, and what it means.
 ZERO_CHECKS: tuple[tuple[str, str, str], ...] = (
@@ -79,7 +81,7 @@ ZERO_CHECKS: tuple[tuple[str, str, str], ...] = (
     ),
 )
 
-# The vector cascade's copies of chunks_vec (storage/vectors.py), checked when present. Table
+# The vector cascade's copies of chunks_vec (storage/sqlite/vectors.py), checked when present. Table
 # names cannot be bound as parameters; these are our own constants.
 MIRROR_TABLES = ("vector_codes", "vector_floats")
 _MIRROR_GAP = (
@@ -95,7 +97,7 @@ _CHECK_ERRORS: tuple[type[Exception], ...] = (*UNREADABLE, StoreError)
 FTS_INTEGRITY_SQL = "INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('integrity-check', 1)"
 
 
-def _scalar(conn: Any, sql: str, params: tuple[Any, ...] = ()) -> int:
+def _scalar(conn: sqlite3.Connection, sql: str, params: tuple[Any, ...] = ()) -> int:
     return int(conn.execute(sql, params).fetchone()[0])
 
 
@@ -103,19 +105,19 @@ def _result(name: str, value: int, detail: str) -> dict[str, Any]:
     return {"name": name, "ok": value == 0, "value": value, "detail": detail}
 
 
-def table_exists(conn: Any, name: str) -> bool:
+def table_exists(conn: sqlite3.Connection, name: str) -> bool:
     """Whether the store has a table (or virtual table) called `name`."""
     return _scalar(conn, "SELECT count(*) FROM sqlite_master WHERE name = ?", (name,)) > 0
 
 
-def vector_table_dimension(conn: Any) -> int | None:
+def vector_table_dimension(conn: sqlite3.Connection) -> int | None:
     """The dimension `chunks_vec` was created with (None before the first model stamped it)."""
     row = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'chunks_vec'").fetchone()
     found = _FLOAT_DIMENSION.search(str(row[0])) if row else None
     return int(found.group(1)) if found else None
 
 
-def _model_check(conn: Any) -> dict[str, Any]:
+def _model_check(conn: sqlite3.Connection) -> dict[str, Any]:
     meta = {str(k): str(v) for k, v in conn.execute("SELECT key, value FROM meta").fetchall()}
     table = vector_table_dimension(conn)
     model, dimension = meta.get("model_id"), meta.get("dimension")
@@ -135,9 +137,9 @@ def _model_check(conn: Any) -> dict[str, Any]:
     return _result("model", 0, f"{model} ({dimension} dims)")
 
 
-def _reindex_check(conn: Any, chunks: int) -> dict[str, Any]:
+def _reindex_check(conn: sqlite3.Connection, chunks: int) -> dict[str, Any]:
     meta = {str(k): str(v) for k, v in conn.execute("SELECT key, value FROM meta").fetchall()}
-    state = reindex.state_from_meta(meta)
+    state = records.state_from_meta(meta)
     staged = _scalar(conn, "SELECT count(*) FROM reindex_vectors")
     orphans = _scalar(
         conn,
@@ -155,7 +157,7 @@ def _reindex_check(conn: Any, chunks: int) -> dict[str, Any]:
 
 
 def reindex_result(
-    state: reindex.ReindexState | None, staged: int, chunks: int, orphans: int, bad: int
+    state: records.ReindexState | None, staged: int, chunks: int, orphans: int, bad: int
 ) -> dict[str, Any]:
     """The `reindex` check from its counts (shared with the PostgreSQL check)."""
     if state is None:
@@ -175,8 +177,9 @@ def reindex_result(
     return _result("reindex", orphans + bad, detail)
 
 
-def _values_check(conn: Any) -> dict[str, Any]:
-    """Values that cannot be read back or sent as JSON (`storage.values`), by table and id."""
+def _values_check(conn: sqlite3.Connection) -> dict[str, Any]:
+    """Values that cannot be read back or sent as JSON (`storage.sqlite.values`), by table and
+    id."""
     found = values.scan(conn)
     count = sum(len(rows) for rows in found.values())
     if not found:

@@ -13,17 +13,13 @@ each backend translates them. Ad-hoc SQL (`fetchall`, `execute`) uses `?` placeh
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
+import numpy as np
+import numpy.typing as npt
 
-    from recalld.storage.history import MemoryEdit
-    from recalld.storage.links import Link
-    from recalld.storage.reindex import ReindexState
-    from recalld.storage.writer import NewChunk, NewDocument
-    from recalld.types import Chunk, Document, Filters
+from recalld.storage.records import Link, MemoryEdit, NewChunk, NewDocument, ReindexState
+from recalld.types import Chunk, Document, Filters
 
 
 class Reader(Protocol):
@@ -46,11 +42,9 @@ class Reader(Protocol):
     ) -> list[tuple[int, float]]:
         """The `k` nearest chunks by cosine distance, as `(chunk_id, distance)`, nearest first.
 
-        In a store of `vectors.Tuning.exact_below` chunks or more, searches without filters or
-        with kind / granularity filters run the approximate cascade of `storage.vectors` (Recall@10
-        against exact search >= 0.99, issue 7). Otherwise, without filters or with only one kind /
-        granularity, the filter runs inside sqlite-vec's exact KNN; other filters scan exactly the
-        matching chunks, which is both correct and no slower than the full brute-force KNN."""
+        A backend may answer from an approximate index where it is measured to be as good
+        (SQLite: the cascade of `storage.sqlite.vectors`, Recall@10 against exact search >= 0.99;
+        PostgreSQL: pgvector's index); filters it cannot serve there are searched exactly."""
         ...
 
     async def fts(self, expression: str, k: int, filters: Filters) -> list[tuple[int, float]]:
@@ -269,7 +263,7 @@ class Writer(Reader, Protocol):
             chunk_id: The memory's chunk.
             edit: What changes.
             source, content_hash: The memory's document identity for its new text.
-            chunk_hash: The chunk's new content hash (`writer.chunk_hash`).
+            chunk_hash: The chunk's new content hash (`records.chunk_hash`).
             token_count: Tokens of the new text.
             vector: The new text's vector; None when the text did not change.
             meta: The chunk's new meta (its `redacted` markers describe the new text); None keeps

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
 from recalld.errors import SchemaTooNewError, StoreError
-from recalld.storage import portable, values
+from recalld.storage import portable
 from recalld.storage.backend import is_url
-from recalld.storage.connection import UNREADABLE, DatabaseError, connect
-from recalld.storage.schema import SCHEMA_VERSION, schema_version
+from recalld.storage.sqlite import values
+from recalld.storage.sqlite.connection import UNREADABLE, DatabaseError, connect
+from recalld.storage.sqlite.schema import SCHEMA_VERSION, schema_version
 
 logger = logging.getLogger(__name__)
 
@@ -75,7 +77,7 @@ def export_lines(
         conn.close()
 
 
-def _lines(conn: Any, vectors: bool, recalld_version: str) -> Iterator[str]:
+def _lines(conn: sqlite3.Connection, vectors: bool, recalld_version: str) -> Iterator[str]:
     version = schema_version(conn)
     if version > SCHEMA_VERSION:
         raise SchemaTooNewError(
@@ -121,7 +123,11 @@ def _lines(conn: Any, vectors: bool, recalld_version: str) -> Iterator[str]:
 
 
 def _fetch(
-    conn: Any, sql: str, params: tuple[Any, ...], table: str, unreadable: list[dict[str, Any]]
+    conn: sqlite3.Connection,
+    sql: str,
+    params: tuple[Any, ...],
+    table: str,
+    unreadable: list[dict[str, Any]],
 ) -> Iterator[Any]:
     """The rows of a query, in batches; a page that cannot be read (a damaged file) ends the
     query with an entry in `unreadable` instead of ending the export."""
@@ -148,7 +154,7 @@ def _skipped(table: str, row_id: Any, source: Any, why: str) -> dict[str, Any]:
 
 
 def _documents(
-    conn: Any,
+    conn: sqlite3.Connection,
     tables: dict[str, portable.Table],
     vectors: bool,
     counts: dict[str, int],

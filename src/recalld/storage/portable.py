@@ -23,6 +23,7 @@ cascade) are rebuilt on import rather than copied; `meta` belongs to the store, 
 from __future__ import annotations
 
 import base64
+import sqlite3
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,7 +59,7 @@ class Table:
     references: dict[str, str] = field(default_factory=dict)
 
 
-def _table(conn: Any, name: str) -> Table:
+def _table(conn: sqlite3.Connection, name: str) -> Table:
     info = list(conn.execute(f'PRAGMA table_info("{name}")'))
     columns = tuple(str(r[1]) for r in info)
     pk = [r for r in info if r[5]]
@@ -69,11 +70,11 @@ def _table(conn: Any, name: str) -> Table:
     return Table(name, columns, surrogate, refs)
 
 
-def discover(conn: Any) -> list[Table]:
+def discover(conn: sqlite3.Connection) -> list[Table]:
     """The tables to export, documents and chunks first, then in foreign-key order.
 
     Args:
-        conn: A blocking connection (`storage.connection.connect`).
+        conn: A blocking connection (`storage.sqlite.connection.connect`).
     """
     listed = [(str(r[1]), str(r[2])) for r in conn.execute("PRAGMA main.table_list")]
     virtual = [name for name, kind in listed if kind == "virtual"]

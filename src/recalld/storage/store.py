@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -19,20 +20,22 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from recalld.errors import ModelMismatchError, QueryError, StoreError, StoreGoneError
+from recalld.errors import QueryError, StoreError, StoreGoneError
 from recalld.extras import require
-from recalld.storage import reindex, schema, vectors
+from recalld.storage import records
 from recalld.storage.backend import is_url
-from recalld.storage.connection import (
+from recalld.storage.contract import Reader, Writer
+from recalld.storage.records import model_mismatch
+from recalld.storage.sqlite import schema, vectors
+from recalld.storage.sqlite.access import SqliteReader, SqliteWriter
+from recalld.storage.sqlite.connection import (
     DatabaseError,
     OperationalError,
     connect,
     damaged_error,
     is_damaged,
 )
-from recalld.storage.contract import Reader, Writer
-from recalld.storage.guard import StoreFiles, disk_full_error, is_disk_full
-from recalld.storage.sqlite.access import SqliteReader, SqliteWriter
+from recalld.storage.sqlite.guard import StoreFiles, disk_full_error, is_disk_full
 
 logger = logging.getLogger(__name__)
 
@@ -53,8 +56,8 @@ def _prepare(path: Path, model_id: str, dimension: int, spec: str | None) -> Non
             _record_spec(conn, spec)
             conn.execute("COMMIT")
         elif stored["model_id"] != model_id or int(stored["dimension"]) != dimension:
-            raise _mismatch(path, stored, model_id, dimension)
-        elif reindex.SPEC_KEY not in stored and spec is not None:
+            raise model_mismatch(path, stored, model_id, dimension)
+        elif records.SPEC_KEY not in stored and spec is not None:
             # Stores from before m003 learn the spec of the model that matches them.
             conn.execute("BEGIN IMMEDIATE")
             _record_spec(conn, spec)
@@ -67,32 +70,11 @@ def _prepare(path: Path, model_id: str, dimension: int, spec: str | None) -> Non
         conn.close()
 
 
-def _record_spec(conn: Any, spec: str | None) -> None:
+def _record_spec(conn: sqlite3.Connection, spec: str | None) -> None:
     if spec is not None:
         conn.execute(
-            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (reindex.SPEC_KEY, spec)
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (records.SPEC_KEY, spec)
         )
-
-
-def _mismatch(
-    path: Path | str, stored: dict[str, str], model_id: str, dimension: int
-) -> ModelMismatchError:
-    spec = stored.get(reindex.SPEC_KEY)
-    named = f"embed.model = {spec!r}" if spec else "embed.model back to the store's model"
-    return ModelMismatchError(
-        f"{path} was embedded with {stored['model_id']} ({stored['dimension']} dims) "
-        f"but recalld is configured for {model_id} ({dimension} dims); set {named}, "
-        "or re-embed: start recalld with the store's model and run "
-        "`recalld reindex --model SPEC` (SPEC: the model you want); the daemon keeps "
-        "answering with the old model until the switch",
-        data={
-            "stored_model": stored["model_id"],
-            "stored_dimension": int(stored["dimension"]),
-            "stored_spec": spec,
-            "model": model_id,
-            "dimension": dimension,
-        },
-    )
 
 
 def stored_meta(path: Path | str) -> dict[str, str] | None:
@@ -123,7 +105,7 @@ def stored_model(path: Path | str) -> tuple[str | None, str, int] | None:
     meta = stored_meta(path)
     if meta is None or "model_id" not in meta or "dimension" not in meta:
         return None
-    return meta.get(reindex.SPEC_KEY), meta["model_id"], int(meta["dimension"])
+    return meta.get(records.SPEC_KEY), meta["model_id"], int(meta["dimension"])
 
 
 async def _open_connection(path: Path, *, readonly: bool) -> aiosqlite.Connection:
@@ -152,8 +134,9 @@ class Store:
 
     backend = "sqlite"
     schema_version = schema.SCHEMA_VERSION
-    # Write faults (storage/guard.py): the last write found the disk full (cleared by the next
-    # that succeeds); a file of the store changed under us (refuses every write from then on).
+    # Write faults (storage/sqlite/guard.py): the last write found the disk full (cleared by
+    # the next that succeeds); a file of the store changed under us (refuses every write from
+    # then on).
     disk_full = False
     gone: StoreGoneError | None = None
     files: StoreFiles | None = None
@@ -184,13 +167,10 @@ class Store:
         # connection, and write() applies the writer's staged changes after each COMMIT.
         self.vectors = vectors.VectorIndex(dimension, self._write_lock)
         self.vectors.on_foreign = self._foreign_write
-        # A reindex swaps the model (storage/reindex.py): `model_version` counts the swaps and
-        # `switching` is set from just before the swap's COMMIT until the process has switched
-        # its embedder, so a search or ingest that overlapped it knows to start again.
+        # A reindex swaps the model (storage/sqlite/reindex.py): `model_version` counts the swaps
+        # and `switching` is set from just before the swap's COMMIT until the process has
+        # switched its embedder, so a search or ingest that overlapped it knows to start again.
         self._init_model_switch()
-        vectors.attach(writer, self.vectors, writer=True)
-        for conn in readers:
-            vectors.attach(conn, self.vectors)
 
     @classmethod
     async def open(

@@ -13,8 +13,6 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.storage import contract
-from recalld.storage.history import MemoryEdit
-from recalld.storage.links import Link
 from recalld.storage.pg import (
     history,
     import_sql,
@@ -27,8 +25,7 @@ from recalld.storage.pg import (
     links as stored_links,
 )
 from recalld.storage.pg.handle import PgConn
-from recalld.storage.reindex import ReindexState
-from recalld.storage.writer import NewChunk, NewDocument
+from recalld.storage.records import Link, MemoryEdit, NewChunk, NewDocument, ReindexState
 from recalld.types import Chunk, Document, Filters
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import psycopg
 
 from recalld.errors import StoreError
-from recalld.storage import reindex
+from recalld.storage import records
 from recalld.storage.check import ZERO_CHECKS, _report, _result, reindex_result
 from recalld.storage.pg.store import redact
 
@@ -82,7 +82,7 @@ def check_store(url: str) -> dict[str, Any]:
             )
             # Staged rows go with their chunk (foreign key), so none can be orphaned here.
             meta = {str(k): str(v) for k, v in conn.execute("SELECT key, value FROM meta")}
-            state = reindex.state_from_meta(meta)
+            state = records.state_from_meta(meta)
             bad = 0
             if state is not None:
                 bad = scalar(

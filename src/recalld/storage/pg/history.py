@@ -1,4 +1,4 @@
-"""The PostgreSQL twins of `storage.history`: memory edits that keep their history."""
+"""The PostgreSQL twins of `storage.sqlite.history`: memory edits that keep their history."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.errors import IngestError, NotFoundError
-from recalld.storage.history import MemoryEdit
 from recalld.storage.pg.handle import PgConn
+from recalld.storage.records import MemoryEdit
 
 
 async def current_version(conn: PgConn, chunk_id: int) -> int:
@@ -35,7 +35,7 @@ async def update_memory(
     meta: dict[str, Any] | None = None,
 ) -> int:
     """Write a memory's new version in place, keeping the old one in `chunk_history`
-    (see `storage.history.update_memory`).
+    (see `storage.sqlite.history.update_memory`).
 
     Raises:
         NotFoundError: No memory has this id.

@@ -1,4 +1,4 @@
-"""The PostgreSQL twins of `storage.import_sql`: the batched SQL of an import.
+"""The PostgreSQL twins of `storage.sqlite.import_sql`: the batched SQL of an import.
 
 Table and column names come from the store's own catalog (`pg.exporter.discover`), never from
 the file. Rows without a `scope` take the column default (this store's scope).

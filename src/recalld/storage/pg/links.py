@@ -1,4 +1,4 @@
-"""The PostgreSQL twins of `storage.links`: same names, arguments and effects.
+"""The PostgreSQL twins of `storage.sqlite.links`: same names, arguments and effects.
 
 Id lists travel as one `bigint[]` parameter (`= ANY(%s)`) where SQLite uses `json_each`.
 """
@@ -9,9 +9,9 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from recalld.storage.links import Link, link_dict
 from recalld.storage.pg.handle import PgConn
 from recalld.storage.pg.readers import filter_sql
+from recalld.storage.records import Link, link_dict
 from recalld.types import Filters
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -19,10 +20,10 @@ from typing import Any
 import numpy as np
 
 from recalld.errors import StoreError
-from recalld.storage.connection import connect
 from recalld.storage.pg.handle import PgConn
 from recalld.storage.pg.store import PgStore
-from recalld.storage.reindex import SPEC_KEY
+from recalld.storage.records import SPEC_KEY
+from recalld.storage.sqlite.connection import connect
 from recalld.storage.store import Store
 
 logger = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ def _placeholders(columns: str) -> str:
     return ", ".join(["%s"] * len(columns.split(",")))
 
 
-def _sqlite_counts(conn: Any) -> dict[str, int]:
+def _sqlite_counts(conn: sqlite3.Connection) -> dict[str, int]:
     return {t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in TABLES}
 
 
@@ -134,7 +135,7 @@ def redacted(url: str) -> str:
     return redact(url)
 
 
-async def _batches(lite: Any, sql: str) -> Any:
+async def _batches(lite: sqlite3.Connection, sql: str) -> Any:
     cursor = await asyncio.to_thread(lite.execute, sql)
     while True:
         rows = await asyncio.to_thread(cursor.fetchmany, BATCH)
@@ -160,7 +161,9 @@ async def _link_parents(conn: PgConn, rows: list[Any]) -> None:
     )
 
 
-async def _copy(lite: Any, store: PgStore, dimension: int, progress: Progress) -> None:
+async def _copy(
+    lite: sqlite3.Connection, store: PgStore, dimension: int, progress: Progress
+) -> None:
     steps: list[tuple[str, str, str]] = [
         (
             "documents",

@@ -1,10 +1,10 @@
-"""The PostgreSQL twins of `storage.projects`."""
+"""The PostgreSQL twins of `storage.sqlite.projects`."""
 
 from __future__ import annotations
 
 from recalld.storage.pg.handle import PgConn
 from recalld.storage.pg.readers import filter_sql
-from recalld.storage.readers import CHUNK_COLUMNS, row_to_chunk
+from recalld.storage.records import CHUNK_COLUMNS, row_to_chunk
 from recalld.types import Chunk, Filters
 
 

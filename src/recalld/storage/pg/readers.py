@@ -1,4 +1,4 @@
-"""The PostgreSQL twins of `storage.readers`: same names, arguments and return values.
+"""The PostgreSQL twins of `storage.sqlite.readers`: same names, arguments and return values.
 
 Keyword recall receives the FTS5 expression the retrieval layer built (`storage.fts`: quoted
 terms joined by OR) and turns each quoted term back into a `tsquery` phrase (`recalld_term`:
@@ -23,12 +23,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.storage.pg.handle import PgConn, vector_from_list
-from recalld.storage.readers import (
-    CHUNK_COLUMNS,
-    DOCUMENT_COLUMNS,
-    row_to_chunk,
-    row_to_document,
-)
+from recalld.storage.records import CHUNK_COLUMNS, DOCUMENT_COLUMNS, row_to_chunk, row_to_document
 from recalld.types import Chunk, Document, Filters
 
 _QUOTED = re.compile(r'"((?:[^"]|"")*)"')

@@ -1,4 +1,4 @@
-"""The PostgreSQL twins of `storage.reindex`: online re-embedding on pgvector.
+"""The PostgreSQL twins of `storage.sqlite.reindex`: online re-embedding on pgvector.
 
 The new model's vectors collect in `reindex_vectors` (migration pg_m002), whose `halfvec`
 column has no fixed dimension, and go with their chunk by cascade. The swap, in the caller's
@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from recalld.errors import ReindexError
 from recalld.storage.pg.handle import PgConn
-from recalld.storage.reindex import SPEC_KEY, STATE_KEYS, ReindexState, state_from_meta
+from recalld.storage.records import SPEC_KEY, STATE_KEYS, ReindexState, state_from_meta
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +116,7 @@ async def missing(conn: PgConn, after: int, limit: int) -> list[tuple[int, str]]
 async def stage(
     conn: PgConn, chunk_ids: Sequence[int], matrix: npt.NDArray[np.float32], model_id: str
 ) -> int:
-    """Store new vectors for chunks that still exist (see `storage.reindex.stage`).
+    """Store new vectors for chunks that still exist (see `storage.sqlite.reindex.stage`).
 
     Raises:
         ReindexError: No reindex to `model_id` is recorded any more.

@@ -21,12 +21,12 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from recalld.errors import ModelMismatchError, QueryError, StoreError
+from recalld.errors import QueryError, StoreError
 from recalld.storage import contract
 from recalld.storage.pg import schema
 from recalld.storage.pg.access import PgReader, PgWriter
 from recalld.storage.pg.handle import PgConn, Writer, register_vector
-from recalld.storage.reindex import SPEC_KEY
+from recalld.storage.records import SPEC_KEY, model_mismatch
 from recalld.storage.store import Store, _observe
 
 logger = logging.getLogger(__name__)
@@ -58,15 +58,6 @@ def redact(url: str) -> str:
     host = info.get("host", "")
     user = info.get("user", "")
     return f"postgresql://{user}@{host}/{info.get('dbname', '')}"
-
-
-def _mismatch(
-    url: str, stored: dict[str, str], model_id: str, dimension: int
-) -> ModelMismatchError:
-    # The SQLite store's message (`storage.store._mismatch`), naming the database.
-    from recalld.storage.store import _mismatch as sqlite_mismatch
-
-    return sqlite_mismatch(redact(url), stored, model_id, dimension)
 
 
 async def _prepare(
@@ -109,7 +100,7 @@ async def _prepare(
                     (SPEC_KEY, model_spec),
                 )
     if stored["model_id"] != model_id or int(stored["dimension"]) != dimension:
-        raise _mismatch(conn.info.dsn, stored, model_id, dimension)
+        raise model_mismatch(redact(conn.info.dsn), stored, model_id, dimension)
     return stored
 
 

@@ -1,4 +1,4 @@
-"""The PostgreSQL twins of `storage.writer`: same names, arguments and effects.
+"""The PostgreSQL twins of `storage.sqlite.writer`: same names, arguments and effects.
 
 Several daemons may write one database at once. A document's replacement first takes a
 transaction-scoped advisory lock on its (scope, source), so two daemons ingesting the same file
@@ -17,7 +17,7 @@ import numpy as np
 
 from recalld.storage.pg import links
 from recalld.storage.pg.handle import PgConn
-from recalld.storage.writer import NewChunk, NewDocument, chunk_links, chunk_rows
+from recalld.storage.records import NewChunk, NewDocument, chunk_links, chunk_rows
 
 
 async def _lock_source(conn: PgConn, source: str) -> None:

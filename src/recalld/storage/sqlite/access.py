@@ -1,7 +1,7 @@
 """The SQLite implementation of the storage contract (`storage.contract`).
 
 `SqliteReader` wraps one aiosqlite connection and the store's in-memory vector index; each
-operation runs the SQL of `storage.readers`, `storage.writer`, `storage.links`, ... on it.
+operation runs the SQL of this folder's `readers`, `writer`, `links`, ... on it.
 """
 
 from __future__ import annotations
@@ -13,23 +13,11 @@ import aiosqlite
 import numpy as np
 import numpy.typing as npt
 
-from recalld.storage import (
-    contract,
-    history,
-    import_sql,
-    projects,
-    readers,
-    reindex,
-    writer,
-)
-from recalld.storage import (
-    links as stored_links,
-)
-from recalld.storage.history import MemoryEdit
-from recalld.storage.links import Link
-from recalld.storage.reindex import ReindexState
-from recalld.storage.vectors import VectorIndex
-from recalld.storage.writer import NewChunk, NewDocument
+from recalld.storage import contract
+from recalld.storage.records import Link, MemoryEdit, NewChunk, NewDocument, ReindexState
+from recalld.storage.sqlite import history, import_sql, projects, readers, reindex, writer
+from recalld.storage.sqlite import links as stored_links
+from recalld.storage.sqlite.vectors import VectorIndex
 from recalld.types import Chunk, Document, Filters
 
 
@@ -39,6 +27,8 @@ class SqliteReader(contract.Reader):
     def __init__(self, conn: aiosqlite.Connection, vectors: VectorIndex) -> None:
         self.conn = conn
         self.vectors = vectors
+        # The index a search goes through: the writer's is None (see `SqliteWriter`).
+        self.search_index: VectorIndex | None = vectors
 
     def prefix_match(self, column: str, prefixes: Sequence[str]) -> tuple[str, list[Any]]:
         # A range keeps the index on `source` usable and needs no LIKE escaping.
@@ -56,7 +46,7 @@ class SqliteReader(contract.Reader):
     async def knn(
         self, vector: npt.NDArray[np.float32], k: int, filters: Filters
     ) -> list[tuple[int, float]]:
-        return await readers.knn(self.conn, vector, k, filters)
+        return await readers.knn(self.conn, self.search_index, vector, k, filters)
 
     async def fts(self, expression: str, k: int, filters: Filters) -> list[tuple[int, float]]:
         return await readers.fts(self.conn, expression, k, filters)
@@ -174,7 +164,15 @@ class SqliteReader(contract.Reader):
 
 
 class SqliteWriter(SqliteReader, contract.Writer):
-    """The write operations on the store's writer connection, inside `BEGIN IMMEDIATE`."""
+    """The write operations on the store's writer connection, inside `BEGIN IMMEDIATE`.
+
+    Writes stage their vector changes on the store's index (applied after COMMIT); a search
+    inside a write does not go through it, as loading it takes the write lock this holds.
+    """
+
+    def __init__(self, conn: aiosqlite.Connection, vectors: VectorIndex) -> None:
+        super().__init__(conn, vectors)
+        self.search_index = None
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         cursor = await self.conn.execute(sql, params)
@@ -206,6 +204,7 @@ class SqliteWriter(SqliteReader, contract.Writer):
     ) -> int:
         return await history.update_memory(
             self.conn,
+            self.vectors,
             chunk_id,
             edit,
             source=source,
@@ -231,7 +230,7 @@ class SqliteWriter(SqliteReader, contract.Writer):
         return await reindex.stage(self.conn, chunk_ids, matrix, model_id)
 
     async def swap_model(self, state: ReindexState) -> int:
-        return await reindex.swap(self.conn, state)
+        return await reindex.swap(self.conn, self.vectors, state)
 
     async def set_project(self, source: str, project: str | None) -> None:
         return await projects.set_project(self.conn, source, project)
@@ -251,22 +250,22 @@ class SqliteWriter(SqliteReader, contract.Writer):
         self, doc: NewDocument, chunks: Sequence[NewChunk], *, structure_links: bool = True
     ) -> int:
         return await writer.replace_document(
-            self.conn, doc, chunks, structure_links=structure_links
+            self.conn, self.vectors, doc, chunks, structure_links=structure_links
         )
 
     async def insert_vectors(
         self, rows: Sequence[tuple[int, npt.NDArray[np.float32], str, str]]
     ) -> None:
-        return await writer.insert_vectors(self.conn, rows)
+        return await writer.insert_vectors(self.conn, self.vectors, rows)
 
     async def delete_chunks(self, chunk_ids: Iterable[int]) -> None:
-        return await writer.delete_chunks(self.conn, chunk_ids)
+        return await writer.delete_chunks(self.conn, self.vectors, chunk_ids)
 
     async def delete_document(self, source: str) -> bool:
-        return await writer.delete_document(self.conn, source)
+        return await writer.delete_document(self.conn, self.vectors, source)
 
     async def move_document(self, old: str, new: str) -> bool:
-        return await writer.move_document(self.conn, old, new)
+        return await writer.move_document(self.conn, self.vectors, old, new)
 
     async def record_error(self, source: str, error_type: str, message: str) -> None:
         return await writer.record_error(self.conn, source, error_type, message)

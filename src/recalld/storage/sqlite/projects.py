@@ -10,9 +10,10 @@ so a document replaced by a re-ingest keeps its project.
 
 from __future__ import annotations
 
-from typing import Any
+import aiosqlite
 
-from recalld.storage.readers import CHUNK_COLUMNS, fetchall, filter_sql, row_to_chunk
+from recalld.storage.records import CHUNK_COLUMNS, row_to_chunk
+from recalld.storage.sqlite.readers import fetchall, filter_sql
 from recalld.types import Chunk, Filters
 
 M005_SQL = """
@@ -24,7 +25,7 @@ CREATE INDEX document_projects_project ON document_projects(project);
 """
 
 
-async def set_project(conn: Any, source: str, project: str | None) -> None:
+async def set_project(conn: aiosqlite.Connection, source: str, project: str | None) -> None:
     """Record `source`'s project (None: it belongs to no project)."""
     if project is None:
         await conn.execute("DELETE FROM document_projects WHERE source = ?", (source,))
@@ -36,13 +37,13 @@ async def set_project(conn: Any, source: str, project: str | None) -> None:
     )
 
 
-async def project_of(conn: Any, source: str) -> str | None:
+async def project_of(conn: aiosqlite.Connection, source: str) -> str | None:
     """The project recorded for `source`, if any."""
     rows = await fetchall(conn, "SELECT project FROM document_projects WHERE source = ?", (source,))
     return str(rows[0][0]) if rows else None
 
 
-async def sources_of(conn: Any, project: str) -> set[str]:
+async def sources_of(conn: aiosqlite.Connection, project: str) -> set[str]:
     """The sources recorded under `project`."""
     rows = await fetchall(
         conn, "SELECT source FROM document_projects WHERE project = ?", (project,)
@@ -50,7 +51,7 @@ async def sources_of(conn: Any, project: str) -> set[str]:
     return {str(r[0]) for r in rows}
 
 
-async def projects_of(conn: Any, sources: list[str]) -> dict[str, str]:
+async def projects_of(conn: aiosqlite.Connection, sources: list[str]) -> dict[str, str]:
     """The projects recorded for those of `sources` that have one."""
     if not sources:
         return {}
@@ -61,7 +62,7 @@ async def projects_of(conn: Any, sources: list[str]) -> dict[str, str]:
     return {str(r[0]): str(r[1]) for r in rows}
 
 
-async def recent_chunks(conn: Any, filters: Filters, limit: int) -> list[Chunk]:
+async def recent_chunks(conn: aiosqlite.Connection, filters: Filters, limit: int) -> list[Chunk]:
     """The newest chunks (by event time) of complete documents matching `filters`."""
     where, params = filter_sql(filters)
     rows = await fetchall(

@@ -11,91 +11,24 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import aiosqlite
 import numpy as np
 import numpy.typing as npt
 
-from recalld import limits
-from recalld.storage import vectors
+from recalld.storage.records import (
+    CHUNK_COLUMNS,
+    DOCUMENT_COLUMNS,
+    row_to_chunk,
+    row_to_document,
+)
+from recalld.storage.sqlite import vectors
 from recalld.types import Chunk, Document, Filters
 
-CHUNK_COLUMNS = (
-    "c.id, c.document_id, d.source, c.position, c.kind, c.granularity, c.key, c.parent_id, "
-    "c.text, c.token_count, c.tags, c.memory_type, c.importance, c.event_time, c.created_at, "
-    "c.access_count, c.last_accessed_at, c.retrieval_count, c.last_retrieved_at, c.status, c.meta"
-)
 
-
-async def fetchall(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+async def fetchall(conn: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
     """Run a query and return every row."""
     async with conn.execute(sql, params) as cursor:
         return list(await cursor.fetchall())
-
-
-def json_column(text: Any, default: Any) -> Any:
-    """A JSON column read back; `NaN`, `Infinity` and `1e400` become null, and text that is not
-    JSON at all becomes `default` (`check` reports such rows)."""
-    try:
-        value = json.loads(text, parse_constant=lambda _: None, parse_float=_finite_float)
-    except (TypeError, ValueError):
-        return default
-    return value if isinstance(value, type(default)) else default
-
-
-def _finite_float(text: str) -> float | None:
-    value = float(text)
-    return value if limits.is_number(value) else None
-
-
-def row_to_chunk(row: Any) -> Chunk:
-    """A `Chunk` from a row of `CHUNK_COLUMNS` (both backends).
-
-    A number that cannot be sent as JSON (an `inf` event time an older recalld let in) is read
-    as unknown, so one bad row cannot fail a whole search; `check` reports it by id.
-    """
-    return Chunk(
-        id=int(row[0]),
-        document_id=int(row[1]),
-        source=row[2],
-        position=row[3],
-        kind=row[4],
-        granularity=row[5],
-        key=row[6],
-        parent_id=None if row[7] is None else int(row[7]),
-        text=row[8],
-        token_count=row[9],
-        tags=tuple(t for t in json_column(row[10], []) if isinstance(t, str)),
-        memory_type=row[11],
-        importance=limits.number_or(row[12], 0.5),
-        event_time=limits.time_or_none(row[13]),
-        created_at=limits.number_or(row[14], 0.0),
-        access_count=row[15],
-        last_accessed_at=limits.time_or_none(row[16]),
-        retrieval_count=row[17],
-        last_retrieved_at=limits.time_or_none(row[18]),
-        status=row[19],
-        meta=json_column(row[20], {}),
-    )
-
-
-def row_to_document(row: Any) -> Document:
-    """A `Document` from a row of `DOCUMENT_COLUMNS` (both backends)."""
-    return Document(
-        id=int(row[0]),
-        source=row[1],
-        kind=row[2],
-        content_hash=row[3],
-        state=row[4],
-        chunk_count=row[5],
-        created_at=limits.number_or(row[6], 0.0),
-        updated_at=limits.number_or(row[7], 0.0),
-        mtime=limits.time_or_none(row[8]),
-        size=None if row[9] is None else int(row[9]),
-    )
-
-
-DOCUMENT_COLUMNS = (
-    "id, source, kind, content_hash, state, chunk_count, created_at, updated_at, mtime, size"
-)
 
 
 def filter_sql(filters: Filters) -> tuple[str, list[Any]]:
@@ -133,19 +66,26 @@ def filter_sql(filters: Filters) -> tuple[str, list[Any]]:
 
 
 async def knn(
-    conn: Any, vector: npt.NDArray[np.float32], k: int, filters: Filters
+    conn: aiosqlite.Connection,
+    index: vectors.VectorIndex | None,
+    vector: npt.NDArray[np.float32],
+    k: int,
+    filters: Filters,
 ) -> list[tuple[int, float]]:
     """The `k` nearest chunks by cosine distance, as `(chunk_id, distance)`, nearest first.
 
+    `index` is the store's in-memory vector index (None: search SQLite only; the writer
+    connection never searches through it, as loading it takes the write lock a write holds).
+
     In a store of `vectors.Tuning.exact_below` chunks or more, searches without filters or
-    with kind / granularity filters run the approximate cascade of `storage.vectors` (Recall@10
-    against exact search >= 0.99, issue 7). Otherwise, without filters or with only one kind /
-    granularity, the filter runs inside sqlite-vec's exact KNN; other filters scan exactly the
-    matching chunks, which is both correct and no slower than the full brute-force KNN.
+    with kind / granularity filters run the approximate cascade of `storage.sqlite.vectors`
+    (Recall@10 against exact search >= 0.99, issue 7). Otherwise, without filters or with only
+    one kind / granularity, the filter runs inside sqlite-vec's exact KNN; other filters scan
+    exactly the matching chunks, which is both correct and no slower than the full brute-force
+    KNN.
     """
     blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
     simple = Filters(kinds=filters.kinds, granularities=filters.granularities)
-    index = vectors.index_of(conn)
     if index is not None and filters == simple:
         found = await vectors.search(conn, index, vector, k, filters.kinds, filters.granularities)
         if found is not None:
@@ -173,7 +113,9 @@ async def knn(
     return [(int(r[0]), float(r[1])) for r in rows]
 
 
-async def fts(conn: Any, expression: str, k: int, filters: Filters) -> list[tuple[int, float]]:
+async def fts(
+    conn: aiosqlite.Connection, expression: str, k: int, filters: Filters
+) -> list[tuple[int, float]]:
     """The `k` best BM25 matches as `(chunk_id, score)`, best first; score is -bm25 (higher
     is better)."""
     if not expression:
@@ -196,7 +138,9 @@ async def fts(conn: Any, expression: str, k: int, filters: Filters) -> list[tupl
     return [(int(r[0]), -float(r[1])) for r in rows]
 
 
-async def keyword_scores(conn: Any, expression: str, ids: Sequence[int]) -> dict[int, float]:
+async def keyword_scores(
+    conn: aiosqlite.Connection, expression: str, ids: Sequence[int]
+) -> dict[int, float]:
     """The keyword route's score (-bm25, as `fts` gives it) of each chunk in `ids` that matches
     `expression`; chunks that match none of its terms are left out (their BM25 is 0).
 
@@ -214,7 +158,7 @@ async def keyword_scores(conn: Any, expression: str, ids: Sequence[int]) -> dict
     return {int(r[0]): -float(r[1]) for r in rows if int(r[0]) in wanted}
 
 
-async def latest_event_time(conn: Any, filters: Filters) -> float | None:
+async def latest_event_time(conn: aiosqlite.Connection, filters: Filters) -> float | None:
     """The latest chunk event time among chunks matching `filters` (time bounds ignored):
     "now" for the relative time expressions of a question about that scope."""
     scope = dataclasses.replace(filters, since=None, until=None)
@@ -232,7 +176,7 @@ async def latest_event_time(conn: Any, filters: Filters) -> float | None:
 
 
 async def granularity_vectors(
-    conn: Any, granularity: str, document_id: int | None, at_most: int
+    conn: aiosqlite.Connection, granularity: str, document_id: int | None, at_most: int
 ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]] | None:
     """The stored vectors of one granularity outside a document as `(ids, matrix)`, when there
     are at most `at_most` chunks of it (None: more; use `knn`)."""
@@ -250,7 +194,7 @@ async def granularity_vectors(
     return ids, matrix.reshape(len(rows), -1) if rows else matrix.reshape(0, 0)
 
 
-async def document_frequency(conn: Any, expression: str) -> int:
+async def document_frequency(conn: aiosqlite.Connection, expression: str) -> int:
     """How many chunks match an FTS5 expression (one quoted term gives its document frequency)."""
     return (await document_frequencies(conn, [expression]))[0]
 
@@ -259,7 +203,7 @@ async def document_frequency(conn: Any, expression: str) -> int:
 _TERMS_PER_QUERY = 200
 
 
-async def document_frequencies(conn: Any, expressions: Sequence[str]) -> list[int]:
+async def document_frequencies(conn: aiosqlite.Connection, expressions: Sequence[str]) -> list[int]:
     """`document_frequency` of each expression, in one statement per 200 (one round trip to
     the connection's thread instead of one per term: ~0.1 ms each on a busy machine)."""
     found: list[int] = []
@@ -273,7 +217,9 @@ async def document_frequencies(conn: Any, expressions: Sequence[str]) -> list[in
     return found
 
 
-async def matched_terms(conn: Any, chunk_id: int, expressions: Sequence[str]) -> list[bool]:
+async def matched_terms(
+    conn: aiosqlite.Connection, chunk_id: int, expressions: Sequence[str]
+) -> list[bool]:
     """Which FTS5 expressions (one quoted term each) match one chunk, in one statement per 200."""
     found: list[bool] = []
     for start in range(0, len(expressions), _TERMS_PER_QUERY):
@@ -286,13 +232,13 @@ async def matched_terms(conn: Any, chunk_id: int, expressions: Sequence[str]) ->
     return found
 
 
-async def meta_value(conn: Any, key: str) -> str | None:
+async def meta_value(conn: aiosqlite.Connection, key: str) -> str | None:
     """One value of the store's `meta` table, or None."""
     rows = await fetchall(conn, "SELECT value FROM meta WHERE key = ?", (key,))
     return str(rows[0][0]) if rows else None
 
 
-async def chunk_ids_by_kind(conn: Any) -> dict[str, list[int]]:
+async def chunk_ids_by_kind(conn: aiosqlite.Connection) -> dict[str, list[int]]:
     """Every chunk id, by kind, in id order (self-calibration samples from these)."""
     out: dict[str, list[int]] = {}
     for kind, cid in await fetchall(conn, "SELECT kind, id FROM chunks ORDER BY id"):
@@ -300,13 +246,13 @@ async def chunk_ids_by_kind(conn: Any) -> dict[str, list[int]]:
     return out
 
 
-async def chunk_total(conn: Any) -> int:
+async def chunk_total(conn: aiosqlite.Connection) -> int:
     """The number of chunks."""
     rows = await fetchall(conn, "SELECT count(*) FROM chunks")
     return int(rows[0][0])
 
 
-async def chunks_by_id(conn: Any, ids: Sequence[int]) -> dict[int, Chunk]:
+async def chunks_by_id(conn: aiosqlite.Connection, ids: Sequence[int]) -> dict[int, Chunk]:
     """Chunks with their source, by id; missing ids are left out."""
     if not ids:
         return {}
@@ -320,7 +266,7 @@ async def chunks_by_id(conn: Any, ids: Sequence[int]) -> dict[int, Chunk]:
 
 
 async def vectors_by_id(
-    conn: Any, ids: Sequence[int], dimension: int
+    conn: aiosqlite.Connection, ids: Sequence[int], dimension: int
 ) -> dict[int, npt.NDArray[np.float32]]:
     """Stored vectors by chunk id."""
     if not ids:
@@ -334,7 +280,9 @@ async def vectors_by_id(
     return {int(r[0]): np.frombuffer(r[1], dtype=np.float32, count=dimension) for r in rows}
 
 
-async def neighbours(conn: Any, document_id: int, position: int, window: int) -> list[Chunk]:
+async def neighbours(
+    conn: aiosqlite.Connection, document_id: int, position: int, window: int
+) -> list[Chunk]:
     """The chunks within `window` positions of `position` in a document, in order."""
     rows = await fetchall(
         conn,
@@ -345,7 +293,7 @@ async def neighbours(conn: Any, document_id: int, position: int, window: int) ->
     return [row_to_chunk(r) for r in rows]
 
 
-async def document_by_source(conn: Any, source: str) -> Document | None:
+async def document_by_source(conn: aiosqlite.Connection, source: str) -> Document | None:
     """The document stored for `source`, if any."""
     rows = await fetchall(
         conn, f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE source = ?", (source,)
@@ -353,7 +301,7 @@ async def document_by_source(conn: Any, source: str) -> Document | None:
     return row_to_document(rows[0]) if rows else None
 
 
-async def chunk_keys(conn: Any, document_id: int) -> dict[str, str]:
+async def chunk_keys(conn: aiosqlite.Connection, document_id: int) -> dict[str, str]:
     """`{key: content_hash}` of a document's stored chunks, to skip re-embedding unchanged ones."""
     rows = await fetchall(
         conn, "SELECT key, content_hash FROM chunks WHERE document_id = ?", (document_id,)
@@ -361,7 +309,9 @@ async def chunk_keys(conn: Any, document_id: int) -> dict[str, str]:
     return {str(r[0]): str(r[1]) for r in rows}
 
 
-async def documents(conn: Any, prefix: str = "", limit: int = 1000) -> list[Document]:
+async def documents(
+    conn: aiosqlite.Connection, prefix: str = "", limit: int = 1000
+) -> list[Document]:
     """Documents whose source starts with `prefix`, in source order."""
     rows = await fetchall(
         conn,
@@ -372,7 +322,7 @@ async def documents(conn: Any, prefix: str = "", limit: int = 1000) -> list[Docu
     return [row_to_document(r) for r in rows]
 
 
-async def counts(conn: Any) -> dict[str, int]:
+async def counts(conn: aiosqlite.Connection) -> dict[str, int]:
     """Row counts for `status`."""
     rows = await fetchall(
         conn,
@@ -392,7 +342,7 @@ async def counts(conn: Any) -> dict[str, int]:
     }
 
 
-async def redacted_chunks(conn: Any) -> int:
+async def redacted_chunks(conn: aiosqlite.Connection) -> int:
     """For `status`: how many chunks hold a `[REDACTED:<type>]` marker."""
     # The FTS index finds the few chunks with the marker's word; their meta confirms it.
     rows = await fetchall(
@@ -404,7 +354,7 @@ async def redacted_chunks(conn: Any) -> int:
     return int(rows[0][0])
 
 
-async def skipped_files(conn: Any, prefix: str = "") -> dict[str, int]:
+async def skipped_files(conn: aiosqlite.Connection, prefix: str = "") -> dict[str, int]:
     """Files no chunker takes under `prefix`, by type: documents of kind `skipped`, whose
     content hash is `skipped:<type>`."""
     rows = await fetchall(
@@ -416,7 +366,7 @@ async def skipped_files(conn: Any, prefix: str = "") -> dict[str, int]:
     return {str(r[0]).partition(":")[2]: int(r[1]) for r in rows}
 
 
-async def errors(conn: Any, limit: int = 100) -> list[dict[str, Any]]:
+async def errors(conn: aiosqlite.Connection, limit: int = 100) -> list[dict[str, Any]]:
     """The most recent ingest errors."""
     rows = await fetchall(
         conn,

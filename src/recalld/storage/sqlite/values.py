@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import time
 from collections.abc import Iterator
 from typing import Any
 
+import aiosqlite
+
 from recalld import limits
-from recalld.storage.connection import DatabaseError, connect
+from recalld.storage.sqlite.connection import DatabaseError, connect
 
 logger = logging.getLogger(__name__)
 
@@ -132,18 +135,18 @@ def row_problem(table: str, columns: tuple[str, ...], row: Any) -> str | None:
     return None
 
 
-def _table_columns(conn: Any, table: str) -> tuple[str, ...]:
+def _table_columns(conn: sqlite3.Connection, table: str) -> tuple[str, ...]:
     return tuple(str(r[1]) for r in conn.execute(f'PRAGMA table_info("{table}")'))
 
 
-def _rows(conn: Any, table: str, columns: tuple[str, ...]) -> Iterator[Any]:
+def _rows(conn: sqlite3.Connection, table: str, columns: tuple[str, ...]) -> Iterator[Any]:
     select = ", ".join(f'"{c}"' for c in columns)
     cursor = conn.execute(f'SELECT {_KEY[table]}, {select} FROM "{table}"')
     while batch := cursor.fetchmany(500):
         yield from batch
 
 
-def scan(conn: Any) -> dict[str, dict[int, list[str]]]:
+def scan(conn: sqlite3.Connection) -> dict[str, dict[int, list[str]]]:
     """Every row holding an unreadable value: `{table: {row id: ["column: why", ...]}}`.
 
     Args:
@@ -192,7 +195,7 @@ def scan_path(path: Any) -> dict[str, dict[int, list[str]]]:
         conn.close()
 
 
-async def clear(conn: Any, found: dict[str, dict[int, list[str]]]) -> int:
+async def clear(conn: aiosqlite.Connection, found: dict[str, dict[int, list[str]]]) -> int:
     """Reset each bad value `scan` found, if it is still bad, to its column's neutral value:
     an unknown time, importance 0.5, empty tags or meta, now for a creation time, 0 for a
     count; undecodable text keeps what can be decoded. Runs in the caller's write
@@ -206,7 +209,7 @@ async def clear(conn: Any, found: dict[str, dict[int, list[str]]]) -> int:
     return changed
 
 
-async def _clear_value(conn: Any, table: str, column: str, row_id: int) -> int:
+async def _clear_value(conn: aiosqlite.Connection, table: str, column: str, row_id: int) -> int:
     key = _KEY[table]
     # As a blob, text that is not UTF-8 can be read without failing the query.
     async with conn.execute(

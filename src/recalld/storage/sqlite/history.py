@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
 from typing import Any
 
+import aiosqlite
 import numpy as np
 import numpy.typing as npt
 
 from recalld import limits
 from recalld.errors import IngestError, NotFoundError
-from recalld.storage import readers, vectors
+from recalld.storage import records
+from recalld.storage.records import MemoryEdit
+from recalld.storage.sqlite import vectors
+from recalld.storage.sqlite.vectors import VectorIndex
 
 M004_SQL = """
 CREATE TABLE chunk_history (
@@ -40,40 +43,12 @@ ALTER TABLE links ADD COLUMN origin TEXT NOT NULL DEFAULT 'user';
 """
 
 
-@dataclass(frozen=True, slots=True)
-class MemoryEdit:
-    """The new values of an edited memory; None keeps the current one."""
-
-    text: str | None = None
-    memory_type: str | None = None
-    tags: tuple[str, ...] | None = None
-    importance: float | None = None
-    event_time: float | None = None
-
-    def applied(
-        self,
-        text: str,
-        tags: str,
-        memory_type: str | None,
-        importance: float,
-        event_time: float | None,
-    ) -> tuple[str, str, str | None, float, float | None]:
-        """The memory's new `(text, tags as stored JSON, type, importance, event time)`."""
-        return (
-            self.text if self.text is not None else text,
-            json.dumps(list(self.tags)) if self.tags is not None else tags,
-            self.memory_type if self.memory_type is not None else memory_type,
-            self.importance if self.importance is not None else importance,
-            self.event_time if self.event_time is not None else event_time,
-        )
-
-
-async def _fetchall(conn: Any, sql: str, params: Any = ()) -> list[Any]:
+async def _fetchall(conn: aiosqlite.Connection, sql: str, params: Any = ()) -> list[Any]:
     async with conn.execute(sql, params) as cursor:
         return list(await cursor.fetchall())
 
 
-async def current_version(conn: Any, chunk_id: int) -> int:
+async def current_version(conn: aiosqlite.Connection, chunk_id: int) -> int:
     """The version number of a memory's current text (1 for a memory never edited)."""
     rows = await _fetchall(
         conn, "SELECT max(version) FROM chunk_history WHERE chunk_id = ?", (chunk_id,)
@@ -82,7 +57,8 @@ async def current_version(conn: Any, chunk_id: int) -> int:
 
 
 async def update_memory(
-    conn: Any,
+    conn: aiosqlite.Connection,
+    index: VectorIndex | None,
     chunk_id: int,
     edit: MemoryEdit,
     *,
@@ -99,7 +75,7 @@ async def update_memory(
         chunk_id: The memory's chunk.
         edit: What changes.
         source, content_hash: The memory's document identity for its new text.
-        chunk_hash: The chunk's new content hash (`writer.chunk_hash`).
+        chunk_hash: The chunk's new content hash (`records.chunk_hash`).
         token_count: Tokens of the new text.
         vector: The new text's vector; None when the text did not change.
         meta: The chunk's new meta (its `redacted` markers describe the new text); None keeps
@@ -179,13 +155,13 @@ async def update_memory(
             "INSERT INTO chunks_vec (chunk_id, embedding, kind, granularity) VALUES (?, ?, ?, ?)",
             (chunk_id, blob, kind, gran),
         )
-        await vectors.insert(conn, [(chunk_id, vector, kind, gran)], vector.shape[-1])
+        await vectors.insert(conn, index, [(chunk_id, vector, kind, gran)], vector.shape[-1])
         # A reindex under way staged the old text's vector: let it embed the new text.
         await conn.execute("DELETE FROM reindex_vectors WHERE chunk_id = ?", (chunk_id,))
     return version + 1
 
 
-async def history_of(conn: Any, chunk_id: int) -> list[dict[str, Any]]:
+async def history_of(conn: aiosqlite.Connection, chunk_id: int) -> list[dict[str, Any]]:
     """Every earlier version of a memory, oldest first."""
     rows = await _fetchall(
         conn,
@@ -197,9 +173,9 @@ async def history_of(conn: Any, chunk_id: int) -> list[dict[str, Any]]:
         {
             "version": r[0],
             "text": r[1],
-            "tags": readers.json_column(r[2], []),
+            "tags": records.json_column(r[2], []),
             "memory_type": r[3],
-            # A value JSON cannot carry is read as unknown (see `storage.values`).
+            # A value JSON cannot carry is read as unknown (see `storage.sqlite.values`).
             "importance": limits.number_or(r[4], 0.5),
             "event_time": limits.time_or_none(r[5]),
             "valid_from": limits.number_or(r[6], 0.0),

@@ -8,6 +8,7 @@ separately, once the embedding model and its dimension are known (`create_vector
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -105,7 +106,7 @@ Migration = Callable[[Any], None]
 
 
 def _script(sql: str) -> Migration:
-    def run(conn: Any) -> None:
+    def run(conn: sqlite3.Connection) -> None:
         # executescript would COMMIT the open transaction; run statement by statement instead.
         for statement in _split_sql(sql):
             conn.execute(statement)
@@ -132,15 +133,15 @@ def _split_sql(sql: str) -> list[str]:
 
 def sqlite_complete(sql: str) -> bool:
     """True when `sql` ends with a complete statement (as `sqlite3.complete_statement`)."""
-    from recalld.storage.connection import sqlite
+    from recalld.storage.sqlite.connection import sqlite
 
     return bool(sqlite.complete_statement(sql))
 
 
-def _m002_vector_index(conn: Any) -> None:
-    # Codes and float copies for the vector cascade (storage/vectors.py, issue 7), backfilled
+def _m002_vector_index(conn: sqlite3.Connection) -> None:
+    # Codes and float copies for the vector cascade (storage/sqlite/vectors.py, issue 7), backfilled
     # from chunks_vec when the store already has vectors.
-    from recalld.storage import vectors
+    from recalld.storage.sqlite import vectors
 
     _script(vectors.M002_SQL)(conn)
     count = vectors.backfill(conn)
@@ -148,23 +149,23 @@ def _m002_vector_index(conn: Any) -> None:
         logger.info("indexed %d existing vectors", count)
 
 
-def _m003_reindex(conn: Any) -> None:
-    # The staging table of online re-embedding (storage/reindex.py, issue 7).
-    from recalld.storage import reindex
+def _m003_reindex(conn: sqlite3.Connection) -> None:
+    # The staging table of online re-embedding (storage/sqlite/reindex.py, issue 7).
+    from recalld.storage.sqlite import reindex
 
     _script(reindex.M003_SQL)(conn)
 
 
-def _m004_memory_history(conn: Any) -> None:
+def _m004_memory_history(conn: sqlite3.Connection) -> None:
     # Earlier versions of edited memories, and where each link came from (issue 8).
-    from recalld.storage import history
+    from recalld.storage.sqlite import history
 
     _script(history.M004_SQL)(conn)
 
 
-def _m005_projects(conn: Any) -> None:
+def _m005_projects(conn: sqlite3.Connection) -> None:
     # The project (git root or folder) each document came from (issue 21).
-    from recalld.storage import projects
+    from recalld.storage.sqlite import projects
 
     _script(projects.M005_SQL)(conn)
 
@@ -179,12 +180,14 @@ MIGRATIONS: tuple[tuple[int, str, Migration], ...] = (
 SCHEMA_VERSION = MIGRATIONS[-1][0]
 
 
-def schema_version(conn: Any) -> int:
+def schema_version(conn: sqlite3.Connection) -> int:
     """The version stamped in the file (`PRAGMA user_version`), 0 for a new file."""
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
-def migrate(conn: Any, migrations: Sequence[tuple[int, str, Migration]] = MIGRATIONS) -> int:
+def migrate(
+    conn: sqlite3.Connection, migrations: Sequence[tuple[int, str, Migration]] = MIGRATIONS
+) -> int:
     """Bring the file to the newest schema, one transaction per migration.
 
     Returns:
@@ -218,7 +221,7 @@ def migrate(conn: Any, migrations: Sequence[tuple[int, str, Migration]] = MIGRAT
     return current
 
 
-def create_vector_table(conn: Any, dimension: int) -> None:
+def create_vector_table(conn: sqlite3.Connection, dimension: int) -> None:
     """Create the sqlite-vec table for `dimension`-float vectors, with cosine distance.
 
     `kind` and `granularity` are vec0 metadata columns, so those filters apply inside the KNN.

@@ -39,12 +39,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import weakref
+import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import aiosqlite
 import numpy as np
 import numpy.typing as npt
 from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
@@ -258,7 +259,7 @@ class VectorIndex:
     def _apply(self, pending: list[Change]) -> None:
         for op, payload in pending:
             if op == "reload":
-                # A reindex may have changed the dimension (storage/reindex.py `swap`).
+                # A reindex may have changed the dimension (storage/sqlite/reindex.py `swap`).
                 self._unload()
                 if payload is not None:
                     self._set_dimension(int(payload))
@@ -293,7 +294,7 @@ class VectorIndex:
         if self.on_foreign is not None:
             self.on_foreign()
 
-    async def catch_up(self, conn: Any) -> None:
+    async def catch_up(self, conn: aiosqlite.Connection) -> None:
         """Drop a loaded mirror that another process's commits left behind (read on a reader
         connection; one point query)."""
         if self._arrays is None:
@@ -302,7 +303,7 @@ class VectorIndex:
         if changes > max(self.changes, self._expected):
             self._stale(f"another process changed vectors ({changes - self.changes} commits)")
 
-    async def verify(self, conn: Any) -> tuple[int, int] | None:
+    async def verify(self, conn: aiosqlite.Connection) -> tuple[int, int] | None:
         """`(missing, extra)`: rows of `vector_codes` the loaded mirror lacks and rows it holds
         that are gone; None when it is not loaded. A mirror that differs is dropped."""
         async with self._write_lock:
@@ -310,7 +311,7 @@ class VectorIndex:
             if a is None:
                 return None
             async with conn.execute("SELECT chunk_id FROM vector_codes") as cursor:
-                rows = await cursor.fetchall()
+                rows = list(await cursor.fetchall())
             table = np.fromiter((int(r[0]) for r in rows), dtype=np.int64, count=len(rows))
             mirror = a.ids[: a.size][a.alive[: a.size]]
             missing = int(np.setdiff1d(table, mirror).size)
@@ -396,7 +397,7 @@ class VectorIndex:
 
     # -- loading -------------------------------------------------------------------------------
 
-    async def ensure_loaded(self, conn: Any) -> None:
+    async def ensure_loaded(self, conn: aiosqlite.Connection) -> None:
         """Load the mirror from `vector_codes` through `conn`, once, under the write lock."""
         if self._arrays is not None:
             return
@@ -406,7 +407,8 @@ class VectorIndex:
             # Read first: a commit slipping in after it is caught up on the next search.
             self.changes = await read_changes(conn)
             async with conn.execute("SELECT count(*) FROM vector_codes") as cursor:
-                total = int((await cursor.fetchone())[0])
+                row = await cursor.fetchone()
+            total = int(row[0]) if row is not None else 0
             # Rows arrive in batches straight into the arrays: no million-item Python lists.
             small = total < self.tuning.exact_below
             arrays = _Arrays(
@@ -419,7 +421,7 @@ class VectorIndex:
                 else " FROM vector_codes c"
             )
             async with conn.execute(sql) as cursor:
-                while rows := await cursor.fetchmany(_LOAD_BATCH):
+                while rows := list(await cursor.fetchmany(_LOAD_BATCH)):
                     if arrays.size + len(rows) > arrays.capacity:
                         arrays = arrays.grown(len(rows))  # rows committed since the count
                     await asyncio.to_thread(self._fill, arrays, rows)
@@ -601,42 +603,29 @@ def _hamming(
         acc += np.bitwise_count(codes[w, start:end] ^ qcode[w])
 
 
-_READERS: weakref.WeakKeyDictionary[Any, VectorIndex] = weakref.WeakKeyDictionary()
-_WRITERS: weakref.WeakKeyDictionary[Any, VectorIndex] = weakref.WeakKeyDictionary()
-
-
-def attach(conn: Any, index: VectorIndex, *, writer: bool = False) -> None:
-    """Bind a store's connection to its index: readers search it, the writer stages on it.
-
-    The writer connection never searches through the index: loading takes the write lock,
-    which a search inside a write transaction already holds.
-    """
-    (_WRITERS if writer else _READERS)[conn] = index
-
-
-def index_of(conn: Any) -> VectorIndex | None:
-    """The index a reader connection searches (None for any other connection)."""
-    return _READERS.get(conn)
-
-
-async def read_changes(conn: Any) -> int:
+async def read_changes(conn: aiosqlite.Connection) -> int:
     """The store's vector change counter (0 before the first change)."""
     # One trip to the connection's thread (execute + fetch + close would be three).
-    rows = await conn.execute_fetchall("SELECT value FROM meta WHERE key = ?", (CHANGES_KEY,))
+    rows = list(await conn.execute_fetchall("SELECT value FROM meta WHERE key = ?", (CHANGES_KEY,)))
     return int(rows[0][0]) if rows else 0
 
 
-async def bump_changes(conn: Any) -> int:
+async def bump_changes(conn: aiosqlite.Connection) -> int:
     """Bump the counter inside the writer's open transaction; returns its new value."""
     async with conn.execute(_BUMP_CHANGES, (CHANGES_KEY,)) as cursor:
         row = await cursor.fetchone()
+    assert row is not None  # an UPSERT ... RETURNING always returns its row
     return int(row[0])
 
 
 async def insert(
-    conn: Any, rows: Sequence[tuple[int, FloatArray, str, str]], dimension: int
+    conn: aiosqlite.Connection,
+    index: VectorIndex | None,
+    rows: Sequence[tuple[int, FloatArray, str, str]],
+    dimension: int,
 ) -> None:
-    """Store codes and float copies for new chunks `(chunk_id, vector, kind, granularity)`."""
+    """Store codes and float copies for new chunks `(chunk_id, vector, kind, granularity)`,
+    and stage them for the store's in-memory `index` (None: a connection without one)."""
     if not rows:
         return
     matrix = np.stack([np.asarray(r[1], dtype=np.float32) for r in rows])
@@ -654,24 +643,24 @@ async def insert(
         "INSERT OR REPLACE INTO vector_floats (chunk_id, embedding) VALUES (?, ?)",
         [(cid, np.ascontiguousarray(matrix[i]).tobytes()) for i, cid in enumerate(ids)],
     )
-    index = _WRITERS.get(conn)
     if index is not None:
         index.stage(("upsert", (ids, codes, [r[2] for r in rows], [r[3] for r in rows], matrix)))
 
 
-async def delete(conn: Any, chunk_ids: Sequence[int]) -> None:
-    """Remove the codes and float copies of deleted chunks."""
+async def delete(
+    conn: aiosqlite.Connection, index: VectorIndex | None, chunk_ids: Sequence[int]
+) -> None:
+    """Remove the codes and float copies of deleted chunks (and stage that for `index`)."""
     if not chunk_ids:
         return
     params = [(int(cid),) for cid in chunk_ids]
     await conn.executemany("DELETE FROM vector_codes WHERE chunk_id = ?", params)
     await conn.executemany("DELETE FROM vector_floats WHERE chunk_id = ?", params)
-    index = _WRITERS.get(conn)
     if index is not None:
         index.stage(("delete", [p[0] for p in params]))
 
 
-async def rebuild(conn: Any, dimension: int) -> int:
+async def rebuild(conn: aiosqlite.Connection, index: VectorIndex | None, dimension: int) -> int:
     """Refill both tables from `chunks_vec` (after its vectors were replaced, e.g. by reindex).
 
     Runs in the caller's write transaction; the mirror reloads after it commits.
@@ -689,13 +678,12 @@ async def rebuild(conn: Any, dimension: int) -> int:
         while rows := list(await cursor.fetchmany(_LOAD_BATCH)):
             await _insert_raw(conn, rows, dimension)
             total += len(rows)
-    index = _WRITERS.get(conn)
     if index is not None:
         index.stage(("reload", dimension))
     return total
 
 
-async def _insert_raw(conn: Any, rows: Sequence[Any], dimension: int) -> None:
+async def _insert_raw(conn: aiosqlite.Connection, rows: Sequence[Any], dimension: int) -> None:
     matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(-1, dimension)
     codes = encode(matrix, dimension)
     await conn.executemany(
@@ -708,7 +696,7 @@ async def _insert_raw(conn: Any, rows: Sequence[Any], dimension: int) -> None:
     )
 
 
-def backfill(conn: Any) -> int:
+def backfill(conn: sqlite3.Connection) -> int:
     """Fill both tables from an existing `chunks_vec` (migration m002; blocking).
 
     Returns:
@@ -737,7 +725,7 @@ def backfill(conn: Any) -> int:
 
 
 async def search(
-    conn: Any,
+    conn: aiosqlite.Connection,
     index: VectorIndex,
     vector: FloatArray,
     k: int,

@@ -17,44 +17,19 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from recalld.storage.readers import filter_sql
+import aiosqlite
+
+from recalld.storage.records import Link, link_dict
+from recalld.storage.sqlite.readers import filter_sql
 from recalld.types import Filters
 
-RELATIONS: tuple[str, ...] = (
-    "similar",
-    "related",
-    "contradicts",
-    "extends",
-    "supersedes",
-    "caused_by",
-    "temporal",
-    "parent",
-)
-# Which incoming relation gives which status, strongest first (OpenMem's statuses).
-STATUS_OF = (("supersedes", "superseded"), ("contradicts", "contradicted"))
-LINK_STATUSES = ("active", "superseded", "contradicted")
 
-Link = tuple[int, int, str, float]
-
-
-async def _fetchall(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+async def _fetchall(conn: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
     async with conn.execute(sql, params) as cursor:
         return list(await cursor.fetchall())
 
 
-def link_dict(row: Sequence[Any]) -> dict[str, Any]:
-    """A link row `(src, dst, relation, weight, origin, created_at)` as the protocol returns it."""
-    return {
-        "src": int(row[0]),
-        "dst": int(row[1]),
-        "relation": row[2],
-        "weight": float(row[3]),
-        "origin": row[4],
-        "created_at": row[5],
-    }
-
-
-async def add(conn: Any, links: Sequence[Link], origin: str = "user") -> int:
+async def add(conn: aiosqlite.Connection, links: Sequence[Link], origin: str = "user") -> int:
     """Insert links (an existing one gets the new weight); both ends must exist.
 
     Returns:
@@ -81,7 +56,9 @@ async def add(conn: Any, links: Sequence[Link], origin: str = "user") -> int:
     return written
 
 
-async def remove(conn: Any, src: int, dst: int, relation: str | None = None) -> int:
+async def remove(
+    conn: aiosqlite.Connection, src: int, dst: int, relation: str | None = None
+) -> int:
     """Remove the links from `src` to `dst` (of one relation, or all). Returns how many."""
     sql = "DELETE FROM links WHERE src = ? AND dst = ?"
     params: list[Any] = [src, dst]
@@ -95,7 +72,7 @@ async def remove(conn: Any, src: int, dst: int, relation: str | None = None) -> 
 
 
 async def of(
-    conn: Any, chunk_id: int, relation: str | None = None, direction: str = "both"
+    conn: aiosqlite.Connection, chunk_id: int, relation: str | None = None, direction: str = "both"
 ) -> list[dict[str, Any]]:
     """The links of one chunk: `out` (it is src), `in` (it is dst) or `both`."""
     ends = {"out": ["src"], "in": ["dst"], "both": ["src", "dst"]}[direction]
@@ -110,7 +87,7 @@ async def of(
     return found
 
 
-async def touching(conn: Any, chunk_ids: Sequence[int]) -> list[Link]:
+async def touching(conn: aiosqlite.Connection, chunk_ids: Sequence[int]) -> list[Link]:
     """Every link with either end in `chunk_ids`, for spreading activation."""
     if not chunk_ids:
         return []
@@ -126,7 +103,7 @@ async def touching(conn: Any, chunk_ids: Sequence[int]) -> list[Link]:
     return [(int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in rows]
 
 
-async def refresh_status(conn: Any, chunk_ids: Iterable[int]) -> None:
+async def refresh_status(conn: aiosqlite.Connection, chunk_ids: Iterable[int]) -> None:
     """Set each chunk's status from the `supersedes` / `contradicts` links pointing at it.
 
     Only statuses the links own (`active`, `superseded`, `contradicted`) are changed.
@@ -146,7 +123,7 @@ async def refresh_status(conn: Any, chunk_ids: Iterable[int]) -> None:
     )
 
 
-async def status_targets(conn: Any, chunk_ids: Sequence[int]) -> list[int]:
+async def status_targets(conn: aiosqlite.Connection, chunk_ids: Sequence[int]) -> list[int]:
     """The chunks that `chunk_ids` supersede or contradict (to refresh after deleting them)."""
     if not chunk_ids:
         return []
@@ -159,7 +136,7 @@ async def status_targets(conn: Any, chunk_ids: Sequence[int]) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
-async def rebuild_structure(conn: Any, document_id: int) -> None:
+async def rebuild_structure(conn: aiosqlite.Connection, document_id: int) -> None:
     """Re-make a document's auto `parent` and `temporal` links from its chunks.
 
     `parent`: each chunk to its parent (fact -> round -> session). `temporal`: each round to
@@ -187,7 +164,9 @@ async def rebuild_structure(conn: Any, document_id: int) -> None:
     )
 
 
-async def matching(conn: Any, chunk_ids: Sequence[int], filters: Filters) -> set[int]:
+async def matching(
+    conn: aiosqlite.Connection, chunk_ids: Sequence[int], filters: Filters
+) -> set[int]:
     """Which of `chunk_ids` pass a search's filters."""
     where, params = filter_sql(filters)
     rows = await _fetchall(

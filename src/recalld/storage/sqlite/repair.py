@@ -14,7 +14,7 @@ What each broken invariant gets (issue 6):
   `reingest`, and the caller ingests it again (or removes it if the file is gone);
 - `PRAGMA integrity_check` failures: `REINDEX`; whatever remains is reported, not guessed at;
 - model / dimension mismatch: reported only, as it needs every chunk re-embedded;
-- values that cannot be read back (`storage.values`: an `inf` event time, text that is not
+- values that cannot be read back (`storage.sqlite.values`: an `inf` event time, text that is not
   UTF-8): reset to their column's neutral value (an unknown time, importance 0.5, ...);
 - a reindex's staged vectors without a chunk, of the wrong size, or left without a reindex in
   progress: dropped (a running reindex embeds the chunks again); a sound reindex is left alone.
@@ -36,13 +36,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import aiosqlite
 import numpy as np
 import numpy.typing as npt
 
 from recalld.errors import EmbeddingError, RecalldError
-from recalld.storage import check, reindex, values, vectors, writer
+from recalld.storage import check
 from recalld.storage.backend import is_url
-from recalld.storage.connection import UNREADABLE, damaged_error, is_damaged
+from recalld.storage.sqlite import reindex, values, vectors, writer
+from recalld.storage.sqlite.connection import UNREADABLE, damaged_error, is_damaged
+from recalld.storage.sqlite.vectors import VectorIndex
 from recalld.storage.store import Store
 
 logger = logging.getLogger(__name__)
@@ -85,12 +88,12 @@ class RepairReport:
         }
 
 
-async def _rows(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+async def _rows(conn: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
     async with conn.execute(sql, params) as cursor:
         return list(await cursor.fetchall())
 
 
-async def _count(conn: Any, sql: str) -> int:
+async def _count(conn: aiosqlite.Connection, sql: str) -> int:
     return int((await _rows(conn, sql))[0][0])
 
 
@@ -99,7 +102,9 @@ def memory_source(text: str) -> str:
     return MEMORY_PREFIX + hashlib.sha256(text.strip().encode()).hexdigest()[:16]
 
 
-async def _adopt_orphans(conn: Any, report: RepairReport) -> None:
+async def _adopt_orphans(
+    conn: aiosqlite.Connection, index: VectorIndex | None, report: RepairReport
+) -> None:
     """Give orphan memories their document back; delete other orphan chunks."""
     rows = await _rows(
         conn,
@@ -130,12 +135,14 @@ async def _adopt_orphans(conn: Any, report: RepairReport) -> None:
             # A file's chunks without their document: the reconcile finds the file unknown and
             # ingests it again; a memory whose text is stored elsewhere is a duplicate.
             doomed.extend(int(c[0]) for c in chunks)
-    await writer.delete_chunks(conn, doomed)
+    await writer.delete_chunks(conn, index, doomed)
     report.did("orphan_memories_restored", adopted, "memories given back their document row")
     report.did("orphan_chunks_deleted", len(doomed), "chunks without a document deleted")
 
 
-async def _structural(conn: Any, failed: set[str], report: RepairReport) -> None:
+async def _structural(
+    conn: aiosqlite.Connection, index: VectorIndex | None, failed: set[str], report: RepairReport
+) -> None:
     """Everything that needs no model, in the caller's write transaction."""
     fts_broken = bool(failed & _FTS_PROBLEMS)
     triggers: list[Any] = []
@@ -158,9 +165,9 @@ async def _structural(conn: Any, failed: set[str], report: RepairReport) -> None
     )
     ids = [int(r[0]) for r in orphans]
     await conn.executemany("DELETE FROM chunks_vec WHERE chunk_id = ?", [(i,) for i in ids])
-    await vectors.delete(conn, ids)
+    await vectors.delete(conn, index, ids)
     report.did("orphan_vectors_deleted", len(ids), "vectors without a chunk deleted")
-    await _adopt_orphans(conn, report)
+    await _adopt_orphans(conn, index, report)
     if "reindex" in failed:
         report.did("reindex_rows_dropped", await reindex.drop_stray(conn), "bad staged vectors")
     if fts_broken:
@@ -182,7 +189,7 @@ async def _structural(conn: Any, failed: set[str], report: RepairReport) -> None
 
 
 async def _missing_vectors(store: Store, after: int) -> list[Any]:
-    async def query(conn: Any) -> list[Any]:
+    async def query(conn: aiosqlite.Connection) -> list[Any]:
         return await _rows(
             conn,
             "SELECT c.id, c.text, c.kind, c.granularity FROM chunks c WHERE c.id > ? AND NOT "
@@ -217,7 +224,9 @@ async def _reembed(store: Store, embed: Embed, report: RepairReport) -> None:
                 f"{store.dimension} dims; is embed.model the store's model?"
             )
 
-        async def insert(conn: Any, batch: list[Any] = batch, found: Any = found) -> int:
+        async def insert(
+            conn: aiosqlite.Connection, batch: list[Any] = batch, found: Any = found
+        ) -> int:
             rows = []
             for row, vector in zip(batch, found, strict=True):
                 # Re-checked inside the transaction: an ingest may have replaced the chunk.
@@ -234,19 +243,25 @@ async def _reembed(store: Store, embed: Embed, report: RepairReport) -> None:
                 "VALUES (?, ?, ?, ?)",
                 [(cid, v.tobytes(), kind, gran) for cid, v, kind, gran in rows],
             )
-            await vectors.insert(conn, rows, store.dimension)
+            await vectors.insert(conn, store.vectors, rows, store.dimension)
             return len(rows)
 
         total += await store.write_conn(insert)
     report.did("vectors_reembedded", total, "chunks re-embedded with the store's model")
 
 
-async def _finish(conn: Any, dimension: int, failed: set[str], report: RepairReport) -> None:
+async def _finish(
+    conn: aiosqlite.Connection,
+    index: VectorIndex | None,
+    dimension: int,
+    failed: set[str],
+    report: RepairReport,
+) -> None:
     """Mirror tables and partial documents, once every chunk has its vector."""
     if "vector_index" in failed:
         # The repair's own deletes and inserts keep the mirror in step; this is for a mirror
         # that was out of step before.
-        count = await vectors.rebuild(conn, dimension)
+        count = await vectors.rebuild(conn, index, dimension)
         report.did("vector_index_rebuilt", max(count, 1), "vector index refilled from chunks_vec")
     partial = await _rows(
         conn,
@@ -292,7 +307,7 @@ async def repair_store(store: Store, embed: Embed | None, failed: set[str]) -> R
             }
         )
         return report
-    await store.write_conn(lambda c: _structural(c, failed, report))
+    await store.write_conn(lambda c: _structural(c, store.vectors, failed, report))
     if "unreadable_values" in failed:
         found = await asyncio.to_thread(values.scan_path, store.path)
         cleared = await store.write_conn(lambda c: values.clear(c, found))
@@ -315,7 +330,7 @@ async def repair_store(store: Store, embed: Embed | None, failed: set[str]) -> R
             report.unrepaired.append(
                 {"name": "chunks_without_vector", "detail": "no embedding model to re-embed"}
             )
-    await store.write_conn(lambda c: _finish(c, store.dimension, failed, report))
+    await store.write_conn(lambda c: _finish(c, store.vectors, store.dimension, failed, report))
     return report
 
 
@@ -343,7 +358,7 @@ async def check_and_repair(
         if not is_damaged(exc):
             raise
         # A page that cannot be read, met halfway: only a rebuild, with the store closed, mends
-        # that (`storage.salvage`, run by `check --offline --repair`).
+        # that (`storage.sqlite.salvage`, run by `check --offline --repair`).
         raise damaged_error(store.path, exc) from exc
 
 

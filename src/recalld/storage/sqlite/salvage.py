@@ -26,13 +26,15 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from recalld.storage import portable, reindex, schema
-from recalld.storage.connection import UNREADABLE, connect, connect_damaged
+from recalld.storage import portable, records
+from recalld.storage.sqlite import schema
+from recalld.storage.sqlite.connection import UNREADABLE, connect, connect_damaged
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +84,7 @@ def salvage(path: Path) -> dict[str, Any]:
         new.execute("BEGIN IMMEDIATE")
         if "model_id" in meta and dimension is not None:
             report["model"] = f"{meta['model_id']} ({dimension} dims)"
-            for key in ("model_id", "dimension", reindex.SPEC_KEY):
+            for key in ("model_id", "dimension", records.SPEC_KEY):
                 if key in meta:
                     new.execute(
                         "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, meta[key])
@@ -161,7 +163,7 @@ def _meta(old: Any) -> dict[str, str]:
         return {}
 
 
-def _columns(conn: Any, table: str) -> tuple[str, ...]:
+def _columns(conn: sqlite3.Connection, table: str) -> tuple[str, ...]:
     return tuple(str(r[1]) for r in conn.execute(f'PRAGMA table_info("{table}")'))
 
 

@@ -8,155 +8,36 @@ row, vector and counters, which is how a grown conversation log only adds its ne
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+import aiosqlite
 import numpy as np
 import numpy.typing as npt
 
-from recalld import limits
-from recalld.storage import links, vectors
-from recalld.types import ChunkDraft
+from recalld.storage.records import (
+    NewChunk,
+    NewDocument,
+    chunk_links,
+    chunk_rows,
+)
+from recalld.storage.sqlite import links, vectors
+from recalld.storage.sqlite.vectors import VectorIndex
 
 
-def chunk_hash(draft: ChunkDraft) -> str:
-    """The content hash that decides whether a stored chunk can be kept as it is."""
-    payload = json.dumps(
-        [
-            draft.text,
-            draft.kind,
-            draft.granularity,
-            draft.parent_key,
-            draft.event_time,
-            draft.meta,
-            list(draft.tags),
-            draft.memory_type,
-            draft.importance,
-        ],
-        sort_keys=True,
-        ensure_ascii=False,
-        default=str,
-    )
-    return hashlib.sha256(payload.encode()).hexdigest()
-
-
-def _event_time(chunk: float | None, document: float | None) -> float | None:
-    """A chunk's event time, or its document's when it has none a date can show (a log line
-    stamped `1e400` must not poison the store: see `recalld.limits`)."""
-    return limits.time_or_none(chunk if limits.is_time(chunk) else document)
-
-
-@dataclass(frozen=True, slots=True)
-class NewDocument:
-    """The document row of a replacement."""
-
-    source: str
-    kind: str
-    format: str
-    content_hash: str
-    mtime: float | None = None
-    size: int | None = None
-    # The event time of chunks that bring none (the file's mtime, or the ingest time). Kept
-    # chunks keep theirs: a paragraph untouched by an edit still dates from when it was written.
-    event_time: float | None = None
-
-
-# An auto link from a new chunk: (relation, target chunk id or target draft key, weight).
-AutoLink = tuple[str, int | str, float]
-
-
-@dataclass(frozen=True, slots=True)
-class NewChunk:
-    """One chunk of a replacement: its draft, token count and vector (None: keep the stored one),
-    and the auto links found for it at ingest (`ingest.autolink`)."""
-
-    draft: ChunkDraft
-    token_count: int
-    vector: npt.NDArray[np.float32] | None
-    links: tuple[AutoLink, ...] = ()
-
-
-async def _fetchall(conn: Any, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+async def _fetchall(conn: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
     async with conn.execute(sql, params) as cursor:
         return list(await cursor.fetchall())
 
 
-ChunkRow = tuple[Any, ...]
-
-
-def chunk_rows(
-    doc_id: int,
+async def replace_document(
+    conn: aiosqlite.Connection,
+    index: VectorIndex | None,
     doc: NewDocument,
     chunks: Sequence[NewChunk],
-    existing: dict[tuple[str, str], int],
-    now: float,
-) -> tuple[list[tuple[int, int]], list[ChunkRow], list[int]]:
-    """What `replace_document` writes, on either backend: `(position, id)` of the chunks kept
-    as stored (no new vector), the rows of the new chunks in the `INSERT` column order, and
-    the ids of stored chunks no longer wanted. `existing` maps `(key, content hash)` to id."""
-    hashes = [chunk_hash(c.draft) for c in chunks]
-    keep = {(c.draft.key, h) for c, h in zip(chunks, hashes, strict=True) if c.vector is None}
-    stale = [cid for key_hash, cid in existing.items() if key_hash not in keep]
-    kept: list[tuple[int, int]] = []
-    inserts: list[ChunkRow] = []
-    for position, (chunk, digest) in enumerate(zip(chunks, hashes, strict=True)):
-        draft = chunk.draft
-        if chunk.vector is None:
-            kept.append((position, existing[(draft.key, digest)]))
-            continue
-        inserts.append(
-            (
-                doc_id,
-                position,
-                draft.kind,
-                draft.granularity,
-                draft.key,
-                draft.text,
-                digest,
-                chunk.token_count,
-                json.dumps(list(draft.tags)),
-                draft.memory_type,
-                draft.importance,
-                _event_time(draft.event_time, doc.event_time),
-                now,
-                json.dumps(draft.meta, ensure_ascii=False, default=str),
-            )
-        )
-    return kept, inserts, stale
-
-
-def chunk_links(
-    chunks: Sequence[NewChunk], ids_by_key: dict[str, int]
-) -> tuple[
-    list[tuple[int, npt.NDArray[np.float32], str, str]], list[tuple[int, int]], list[links.Link]
-]:
-    """Once the chunks have ids: the vectors to store, the `(parent id, chunk id)` pairs (a
-    parent may come after its child in the list, hence a second pass), and the auto links
-    the ingest found, with chunk keys resolved to ids."""
-    embedded: list[tuple[int, npt.NDArray[np.float32], str, str]] = []
-    parents: list[tuple[int, int]] = []
-    found: list[links.Link] = []
-    for chunk in chunks:
-        draft = chunk.draft
-        chunk_id = ids_by_key[draft.key]
-        if chunk.vector is not None:
-            vector = np.ascontiguousarray(chunk.vector, dtype=np.float32)
-            embedded.append((chunk_id, vector, draft.kind, draft.granularity))
-        if draft.parent_key is not None and draft.parent_key in ids_by_key:
-            parents.append((ids_by_key[draft.parent_key], chunk_id))
-        for relation, target, weight in chunk.links:
-            dst = ids_by_key.get(target) if isinstance(target, str) else target
-            if dst is not None:
-                found.append((chunk_id, dst, relation, weight))
-    return embedded, parents, found
-
-
-async def replace_document(
-    conn: Any, doc: NewDocument, chunks: Sequence[NewChunk], *, structure_links: bool = True
+    *,
+    structure_links: bool = True,
 ) -> int:
     """Replace a document and its chunks in the caller's transaction.
 
@@ -180,7 +61,8 @@ async def replace_document(
             "created_at, updated_at) VALUES (?, ?, ?, ?, 'partial', ?, ?, ?, ?)",
             (doc.source, doc.kind, doc.format, doc.content_hash, doc.mtime, doc.size, now, now),
         )
-        doc_id = int(cursor.lastrowid)
+        assert cursor.lastrowid is not None  # an INSERT sets it
+        doc_id = cursor.lastrowid
 
     existing = {
         (row[1], row[2]): int(row[0])
@@ -189,7 +71,7 @@ async def replace_document(
         )
     }
     kept, inserts, stale = chunk_rows(doc_id, doc, chunks, existing, now)
-    await delete_chunks(conn, stale)
+    await delete_chunks(conn, index, stale)
     # Statements go out batched, a few per document rather than one per chunk: each call
     # through aiosqlite is a thread hop, and bulk ingest was spending most of its time there.
     await conn.executemany("UPDATE chunks SET position = ?, parent_id = NULL WHERE id = ?", kept)
@@ -207,7 +89,7 @@ async def replace_document(
         )
     }
     embedded, parents, found = chunk_links(chunks, ids_by_key)
-    await insert_vectors(conn, embedded)
+    await insert_vectors(conn, index, embedded)
     await conn.executemany("UPDATE chunks SET parent_id = ? WHERE id = ?", parents)
     # Links in the same transaction, so a search never sees a document without them (issue 8).
     if structure_links:
@@ -221,7 +103,9 @@ async def replace_document(
 
 
 async def insert_vectors(
-    conn: Any, rows: Sequence[tuple[int, npt.NDArray[np.float32], str, str]]
+    conn: aiosqlite.Connection,
+    index: VectorIndex | None,
+    rows: Sequence[tuple[int, npt.NDArray[np.float32], str, str]],
 ) -> None:
     """Store the vectors of new chunks `(chunk_id, vector, kind, granularity)` in the caller's
     transaction: the sqlite-vec table and the cascade's codes and float copies."""
@@ -234,10 +118,12 @@ async def insert_vectors(
         ],
     )
     dimension = rows[0][1].shape[-1] if rows else 0
-    await vectors.insert(conn, rows, dimension)
+    await vectors.insert(conn, index, rows, dimension)
 
 
-async def delete_chunks(conn: Any, chunk_ids: Iterable[int]) -> None:
+async def delete_chunks(
+    conn: aiosqlite.Connection, index: VectorIndex | None, chunk_ids: Iterable[int]
+) -> None:
     """Delete chunks with their vectors; FTS rows go with them by trigger, links by cascade."""
     params = [(cid,) for cid in chunk_ids]
     if not params:
@@ -246,12 +132,14 @@ async def delete_chunks(conn: Any, chunk_ids: Iterable[int]) -> None:
     targets = await links.status_targets(conn, [cid for (cid,) in params])
     # vec0 tables take no part in foreign keys, so their rows are removed explicitly.
     await conn.executemany("DELETE FROM chunks_vec WHERE chunk_id = ?", params)
-    await vectors.delete(conn, [cid for (cid,) in params])
+    await vectors.delete(conn, index, [cid for (cid,) in params])
     await conn.executemany("DELETE FROM chunks WHERE id = ?", params)
     await links.refresh_status(conn, targets)
 
 
-async def delete_document(conn: Any, source: str) -> bool:
+async def delete_document(
+    conn: aiosqlite.Connection, index: VectorIndex | None, source: str
+) -> bool:
     """Delete a document and everything that hangs off it. Returns whether it existed."""
     rows = await _fetchall(conn, "SELECT id FROM documents WHERE source = ?", (source,))
     if not rows:
@@ -261,17 +149,19 @@ async def delete_document(conn: Any, source: str) -> bool:
         int(r[0])
         for r in await _fetchall(conn, "SELECT id FROM chunks WHERE document_id = ?", (doc_id,))
     ]
-    await delete_chunks(conn, chunk_ids)
+    await delete_chunks(conn, index, chunk_ids)
     await conn.execute("DELETE FROM documents WHERE id = ?", (doc_id,))
     return True
 
 
-async def move_document(conn: Any, old: str, new: str) -> bool:
+async def move_document(
+    conn: aiosqlite.Connection, index: VectorIndex | None, old: str, new: str
+) -> bool:
     """Rename a document's source, replacing any document already at `new`."""
     rows = await _fetchall(conn, "SELECT id FROM documents WHERE source = ?", (old,))
     if not rows:
         return False
-    await delete_document(conn, new)
+    await delete_document(conn, index, new)
     await conn.execute(
         "UPDATE documents SET source = ?, updated_at = ? WHERE id = ?",
         (new, time.time(), int(rows[0][0])),
@@ -279,7 +169,9 @@ async def move_document(conn: Any, old: str, new: str) -> bool:
     return True
 
 
-async def record_error(conn: Any, source: str, error_type: str, message: str) -> None:
+async def record_error(
+    conn: aiosqlite.Connection, source: str, error_type: str, message: str
+) -> None:
     """Record why a source could not be ingested."""
     await conn.execute(
         "INSERT INTO errors (source, error_type, message, at) VALUES (?, ?, ?, ?)",
@@ -287,12 +179,14 @@ async def record_error(conn: Any, source: str, error_type: str, message: str) ->
     )
 
 
-async def clear_errors(conn: Any, source: str) -> None:
+async def clear_errors(conn: aiosqlite.Connection, source: str) -> None:
     """Forget the errors of a source that has now been ingested."""
     await conn.execute("DELETE FROM errors WHERE source = ?", (source,))
 
 
-async def count_use(conn: Any, chunk_ids: Sequence[int], *, retrieval: bool) -> None:
+async def count_use(
+    conn: aiosqlite.Connection, chunk_ids: Sequence[int], *, retrieval: bool
+) -> None:
     """Count retrievals (returned by search) or accesses (read explicitly) apart, as MemX does."""
     column = "retrieval" if retrieval else "access"
     last = "last_retrieved_at" if retrieval else "last_accessed_at"
@@ -302,6 +196,6 @@ async def count_use(conn: Any, chunk_ids: Sequence[int], *, retrieval: bool) -> 
     )
 
 
-async def set_meta(conn: Any, key: str, value: str) -> None:
+async def set_meta(conn: aiosqlite.Connection, key: str, value: str) -> None:
     """Set one value of the store's `meta` table (self-calibration records its choice there)."""
     await conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))

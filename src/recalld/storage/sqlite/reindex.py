@@ -21,14 +21,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
+import aiosqlite
 import numpy as np
 import numpy.typing as npt
 
 from recalld.errors import ReindexError
-from recalld.storage import schema, vectors
+from recalld.storage.records import SPEC_KEY, STATE_KEYS, ReindexState, state_from_meta
+from recalld.storage.sqlite import schema, vectors
+from recalld.storage.sqlite.vectors import VectorIndex
 
 logger = logging.getLogger(__name__)
 
@@ -39,66 +41,24 @@ CREATE TABLE reindex_vectors (
 );
 """
 
-STATE_KEYS = ("reindex_spec", "reindex_model_id", "reindex_dimension", "reindex_started_at")
-# The spec (`local`, `hash:32`, `openai:...`) the store's vectors were made with, so a daemon
-# whose config does not name a model can load the one the store holds (see `Store.open`).
-SPEC_KEY = "model_spec"
 
-
-@dataclass(frozen=True, slots=True)
-class ReindexState:
-    """A reindex in progress, as recorded in `meta`.
-
-    Attributes:
-        spec: The target model as `embed.model` names it.
-        model_id: The target's model id.
-        dimension: The target's vector length.
-        started_at: When the reindex began (epoch seconds).
-    """
-
-    spec: str
-    model_id: str
-    dimension: int
-    started_at: float
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready copy."""
-        return {
-            "spec": self.spec,
-            "model": self.model_id,
-            "dimension": self.dimension,
-            "started_at": self.started_at,
-        }
-
-
-def state_from_meta(meta: dict[str, str]) -> ReindexState | None:
-    """The reindex recorded in a `meta` mapping, or None."""
-    if not all(k in meta for k in STATE_KEYS):
-        return None
-    return ReindexState(
-        meta["reindex_spec"],
-        meta["reindex_model_id"],
-        int(meta["reindex_dimension"]),
-        float(meta["reindex_started_at"]),
-    )
-
-
-async def _meta(conn: Any) -> dict[str, str]:
+async def _meta(conn: aiosqlite.Connection) -> dict[str, str]:
     async with conn.execute("SELECT key, value FROM meta") as cursor:
         return {str(r[0]): str(r[1]) for r in await cursor.fetchall()}
 
 
-async def _scalar(conn: Any, sql: str, params: Sequence[Any] = ()) -> int:
+async def _scalar(conn: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> int:
     async with conn.execute(sql, params) as cursor:
-        return int((await cursor.fetchone())[0])
+        row = await cursor.fetchone()
+    return int(row[0]) if row is not None else 0
 
 
-async def read_state(conn: Any) -> ReindexState | None:
+async def read_state(conn: aiosqlite.Connection) -> ReindexState | None:
     """The reindex in progress (any connection), or None."""
     return state_from_meta(await _meta(conn))
 
 
-async def _set_meta(conn: Any, values: dict[str, str]) -> None:
+async def _set_meta(conn: aiosqlite.Connection, values: dict[str, str]) -> None:
     await conn.executemany(
         "INSERT INTO meta (key, value) VALUES (?, ?) "
         "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -106,7 +66,9 @@ async def _set_meta(conn: Any, values: dict[str, str]) -> None:
     )
 
 
-async def begin(conn: Any, spec: str, model_id: str, dimension: int) -> ReindexState:
+async def begin(
+    conn: aiosqlite.Connection, spec: str, model_id: str, dimension: int
+) -> ReindexState:
     """Record a new reindex and empty the staging table (in the caller's transaction)."""
     state = ReindexState(spec, model_id, dimension, time.time())
     await conn.execute("DELETE FROM reindex_vectors")
@@ -122,7 +84,7 @@ async def begin(conn: Any, spec: str, model_id: str, dimension: int) -> ReindexS
     return state
 
 
-async def cancel(conn: Any) -> int:
+async def cancel(conn: aiosqlite.Connection) -> int:
     """Forget the reindex and drop its staged vectors. Returns how many were dropped."""
     dropped = await _scalar(conn, "SELECT count(*) FROM reindex_vectors")
     await conn.execute("DELETE FROM reindex_vectors")
@@ -130,7 +92,7 @@ async def cancel(conn: Any) -> int:
     return dropped
 
 
-async def drop_stray(conn: Any) -> int:
+async def drop_stray(conn: aiosqlite.Connection) -> int:
     """Drop staged vectors that cannot be used: no chunk, the wrong size, or no reindex in
     progress (for `check --repair`). Returns how many went."""
     state = await read_state(conn)
@@ -145,14 +107,14 @@ async def drop_stray(conn: Any) -> int:
     return max(int(cursor.rowcount), 0)
 
 
-async def progress(conn: Any) -> tuple[int, int]:
+async def progress(conn: aiosqlite.Connection) -> tuple[int, int]:
     """`(staged, chunks)`: vectors already made with the new model, and chunks in all."""
     staged = await _scalar(conn, "SELECT count(*) FROM reindex_vectors")
     total = await _scalar(conn, "SELECT count(*) FROM chunks")
     return staged, total
 
 
-async def missing(conn: Any, after: int, limit: int) -> list[tuple[int, str]]:
+async def missing(conn: aiosqlite.Connection, after: int, limit: int) -> list[tuple[int, str]]:
     """Up to `limit` chunks with id above `after` that have no new vector yet, by id."""
     async with conn.execute(
         "SELECT c.id, c.text FROM chunks c WHERE c.id > ? AND NOT EXISTS "
@@ -163,7 +125,10 @@ async def missing(conn: Any, after: int, limit: int) -> list[tuple[int, str]]:
 
 
 async def stage(
-    conn: Any, chunk_ids: Sequence[int], matrix: npt.NDArray[np.float32], model_id: str
+    conn: aiosqlite.Connection,
+    chunk_ids: Sequence[int],
+    matrix: npt.NDArray[np.float32],
+    model_id: str,
 ) -> int:
     """Store new vectors for chunks that still exist (in the caller's transaction).
 
@@ -202,7 +167,7 @@ def _json_ids(ids: Sequence[int]) -> str:
     return "[" + ",".join(str(int(i)) for i in ids) + "]"
 
 
-async def swap(conn: Any, state: ReindexState) -> int:
+async def swap(conn: aiosqlite.Connection, index: VectorIndex | None, state: ReindexState) -> int:
     """Make the staged vectors the live index (in the caller's write transaction).
 
     The caller has staged a vector for every chunk (checked here). `chunks_vec` is dropped and
@@ -231,7 +196,7 @@ async def swap(conn: Any, state: ReindexState) -> int:
         "FROM reindex_vectors r JOIN chunks c ON c.id = r.chunk_id"
     )
     await conn.execute("DELETE FROM reindex_vectors")
-    count = await vectors.rebuild(conn, state.dimension)
+    count = await vectors.rebuild(conn, index, state.dimension)
     await conn.executemany("DELETE FROM meta WHERE key = ?", [(k,) for k in STATE_KEYS])
     await _set_meta(
         conn,

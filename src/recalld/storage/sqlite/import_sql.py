@@ -10,10 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import aiosqlite
+
 _IN_BATCH = 500  # values per `IN (...)` list
 
 
-async def stored_documents(conn: Any, sources: Sequence[str]) -> dict[str, tuple[int, str, str]]:
+async def stored_documents(
+    conn: aiosqlite.Connection, sources: Sequence[str]
+) -> dict[str, tuple[int, str, str]]:
     """`source → (id, content_hash, state)` for those of `sources` that are stored."""
     found: dict[str, tuple[int, str, str]] = {}
     for start in range(0, len(sources), _IN_BATCH):
@@ -28,7 +32,9 @@ async def stored_documents(conn: Any, sources: Sequence[str]) -> dict[str, tuple
     return found
 
 
-async def chunk_ids(conn: Any, doc_ids: Sequence[int]) -> dict[tuple[int, str], int]:
+async def chunk_ids(
+    conn: aiosqlite.Connection, doc_ids: Sequence[int]
+) -> dict[tuple[int, str], int]:
     """`(document id, chunk key) → chunk id` for the chunks of these documents (keys are
     unique within a document)."""
     found: dict[tuple[int, str], int] = {}
@@ -43,7 +49,9 @@ async def chunk_ids(conn: Any, doc_ids: Sequence[int]) -> dict[tuple[int, str], 
     return found
 
 
-async def insert_many(conn: Any, table: str, rows: Sequence[dict[str, Any]]) -> None:
+async def insert_many(
+    conn: aiosqlite.Connection, table: str, rows: Sequence[dict[str, Any]]
+) -> None:
     """Insert rows, one `executemany` per set of columns (an older export may lack some)."""
     groups: dict[tuple[str, ...], list[list[Any]]] = {}
     for row in rows:
@@ -54,7 +62,9 @@ async def insert_many(conn: Any, table: str, rows: Sequence[dict[str, Any]]) -> 
         await conn.executemany(f'INSERT INTO "{table}" ({names}) VALUES ({marks})', values)
 
 
-async def insert_row(conn: Any, table: str, values: dict[str, Any]) -> tuple[int, int]:
+async def insert_row(
+    conn: aiosqlite.Connection, table: str, values: dict[str, Any]
+) -> tuple[int, int]:
     """Insert one row unless it breaks a uniqueness constraint; returns its rowid and how many
     rows were added (0 when one with the same key was there)."""
     names = ", ".join(f'"{c}"' for c in values)
@@ -62,10 +72,10 @@ async def insert_row(conn: Any, table: str, values: dict[str, Any]) -> tuple[int
     cursor = await conn.execute(
         f'INSERT OR IGNORE INTO "{table}" ({names}) VALUES ({marks})', list(values.values())
     )
-    return int(cursor.lastrowid), int(cursor.rowcount)
+    return int(cursor.lastrowid or 0), int(cursor.rowcount)
 
 
-async def find_same(conn: Any, table: str, values: dict[str, Any]) -> int | None:
+async def find_same(conn: aiosqlite.Connection, table: str, values: dict[str, Any]) -> int | None:
     """The rowid of a row with exactly these values, if one exists (idempotent imports)."""
     where = " AND ".join(f'"{c}" IS ?' for c in values) or "1"
     async with conn.execute(
@@ -76,7 +86,7 @@ async def find_same(conn: Any, table: str, values: dict[str, Any]) -> int | None
 
 
 async def set_references(
-    conn: Any, table: str, column: str, key: str, pairs: Sequence[tuple[int, int]]
+    conn: aiosqlite.Connection, table: str, column: str, key: str, pairs: Sequence[tuple[int, int]]
 ) -> None:
     """`UPDATE table SET column = new WHERE key = row` for each `(new, row)` pair."""
     await conn.executemany(f'UPDATE "{table}" SET "{column}" = ? WHERE "{key}" = ?', pairs)

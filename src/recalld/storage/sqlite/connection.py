@@ -103,7 +103,7 @@ def connect(path: Path | str, *, readonly: bool = False) -> Any:
 
 
 def connect_damaged(path: Path | str) -> Any:
-    """A read-only connection to a damaged store file, for `storage.salvage`: text decoded
+    """A read-only connection to a damaged store file, for `storage.sqlite.salvage`: text decoded
     leniently, none of `connect`'s pragmas (they fail on a file whose first page is gone),
     and no sqlite-vec: its reader crashes the process on damaged pages, so vectors are read
     from the plain `vector_floats` table instead."""
