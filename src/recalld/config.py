@@ -426,13 +426,24 @@ _TYPE_NAMES: dict[Any, str] = {
 }
 
 
+_HINTS: dict[type[Any], dict[str, Any]] = {}
+
+
+def _hints(cls: type[Any]) -> dict[str, Any]:
+    """A settings class's field types, resolved once: resolving them cost the daemon ~1.5 ms
+    of every search (issue 20). Read only."""
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
 def _build(
     cls: type[Any],
     layers: Sequence[tuple[str, Mapping[str, Any]]],
     prefix: str,
     sources: dict[str, str],
 ) -> Any:
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     kwargs: dict[str, Any] = {}
     fields = [f for f in dataclasses.fields(cls) if not f.metadata.get("resolved")]
     for f in fields:
@@ -580,7 +591,7 @@ def search_overrides(raw: Mapping[str, Any]) -> dict[str, Any]:
     Raises:
         ConfigError: An option is unknown, or its value has the wrong type or is not finite.
     """
-    hints = typing.get_type_hints(SearchSettings)
+    hints = _hints(SearchSettings)
     out: dict[str, Any] = {}
     for name, value in raw.items():
         if name not in hints:
