@@ -95,10 +95,6 @@ def test_past_the_watch_limit_a_folder_is_polled_and_status_says_so(
             daemon.proc.wait()
 
 
-# Known race (issue 18, left open): about one full-suite run in three, the recreated folder is
-# not watched again within 30 s (the watcher's round restart against its root guard). Not
-# strict, so it still runs and reports; remove the mark with the fix.
-@pytest.mark.xfail(reason="race in the watcher's round restart, issue 18", strict=False)
 def test_a_watched_folder_deleted_and_recreated_is_watched_again(
     make_daemon: Callable[..., Daemon], tmp_path: Path
 ) -> None:
@@ -117,6 +113,34 @@ def test_a_watched_folder_deleted_and_recreated_is_watched_again(
     (folder / "second.md").write_text("The second note on lynxes.\n")
     daemon.wait_for(lambda s: found(daemon, "lynxes") == {"second.md"}, timeout=30)
     # And it is watched, not just rescanned once: a later file goes in too.
+    time.sleep(1)
+    (folder / "third.md").write_text("The third note on lynxes.\n")
+    daemon.wait_for(lambda s: found(daemon, "lynxes") == {"second.md", "third.md"}, timeout=30)
+    assert daemon.stop() == 0
+
+
+def test_a_watched_folder_replaced_by_one_with_its_inode_is_watched_again(
+    make_daemon: Callable[..., Daemon], tmp_path: Path
+) -> None:
+    """ext4 hands a deleted folder's inode to the next one made: a check by device and inode
+    alone cannot tell the new folder from the old one, whose watch went with it."""
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "first.md").write_text("The first note on lynxes.\n")
+    daemon = make_daemon()
+    daemon.start()
+    daemon.wait_ready()
+    daemon.client.sources_add(folder)
+    daemon.wait_for(lambda s: found(daemon, "lynxes") == {"first.md"})
+    inode = folder.stat().st_ino
+    for _ in range(100):  # at once, between two of the watcher's checks; until the inode is back
+        shutil.rmtree(folder)
+        folder.mkdir()
+        if folder.stat().st_ino == inode:
+            break
+    time.sleep(0.5)
+    (folder / "second.md").write_text("The second note on lynxes.\n")
+    daemon.wait_for(lambda s: found(daemon, "lynxes") == {"second.md"}, timeout=30)
     time.sleep(1)
     (folder / "third.md").write_text("The third note on lynxes.\n")
     daemon.wait_for(lambda s: found(daemon, "lynxes") == {"second.md", "third.md"}, timeout=30)

@@ -248,6 +248,7 @@ async def walk(
 
 
 Sink = Callable[[Path, bool], None]
+Identities = dict[Path, tuple[int, int] | None]  # each root's (device, inode); None: not a folder
 
 
 class Watcher:
@@ -257,9 +258,10 @@ class Watcher:
       the inotify watch limit the root that could not be watched is polled instead (every
       `POLL_INTERVAL_MS`), said once in the log and shown by `state()`, so no folder is left
       unwatched in silence.
-    - Every `ROOT_CHECK_S` the roots are checked: one that appears, disappears or is replaced
-      (deleted and created again: a new inode, which no old watch covers) restarts the watcher
-      and is reported changed, so the scheduler reconciles it.
+    - A root whose own deletion the watch reports restarts the watcher at once, and every
+      `ROOT_CHECK_S` the roots are checked: one that appears, disappears or is replaced (a new
+      inode, which no old watch covers) restarts it too. Either way the root is reported
+      changed, so the scheduler reconciles it.
 
     Args:
         sink: Called for every wanted change; `deleted` is True for a deletion.
@@ -299,7 +301,10 @@ class Watcher:
         rescan: list[Path] = []
         reported: set[Path] = set()
         while not stop.is_set():
-            present = await asyncio.to_thread(lambda: [r for r in roots if r.is_dir()])
+            # One look decides both what is watched and what the guard compares with: a root
+            # created between two looks would be neither watched nor seen to appear.
+            seen = await asyncio.to_thread(_identities, roots)
+            present = [r for r in roots if seen[r] is not None]
             self.roots = tuple(present)
             for root in set(roots) - set(present) - reported:
                 logger.warning("not watching %s: it is not a folder (watched once it is)", root)
@@ -313,7 +318,7 @@ class Watcher:
                 )
             started = time.monotonic()
             try:
-                rescan = await self._round(roots, stop)
+                rescan = await self._round(seen, stop)
                 failures = 0
                 continue
             except Exception as exc:
@@ -380,10 +385,12 @@ class Watcher:
         for root in roots:
             self.sink(root, False)  # a folder reported changed is reconciled by the scheduler
 
-    async def _round(self, roots: Sequence[Path], stop: asyncio.Event) -> list[Path]:
+    async def _round(self, seen: Identities, stop: asyncio.Event) -> list[Path]:
         """Watch until `stop` is set (returns []) or a root appears, vanishes or is replaced
-        (returns those roots, to rescan)."""
+        (returns those roots, to rescan). `seen`: each root's identity when `self.roots` was
+        chosen."""
         halt = asyncio.Event()
+        deleted: set[Path] = set()  # roots whose deletion a watch reported
         watched = [r for r in self.roots if r not in self._polled]
         groups = {
             "strict": [r for r in watched if r not in self._lenient],
@@ -391,11 +398,11 @@ class Watcher:
             "polled": [r for r in self.roots if r in self._polled],
         }
         logger.info("watching %d folders (%d polled)", len(self.roots), len(groups["polled"]))
-        guard = asyncio.create_task(self._guard(roots, halt))
+        guard = asyncio.create_task(self._guard(seen, halt))
         tasks = [asyncio.create_task(self._relay(stop, halt)), guard]
         for kind, group in groups.items():
             if group:
-                tasks.append(asyncio.create_task(self._stream(group, halt, kind)))
+                tasks.append(asyncio.create_task(self._stream(group, halt, kind, deleted)))
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
@@ -406,7 +413,8 @@ class Watcher:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        return guard.result() if guard.done() and not guard.cancelled() else []
+        changed = set(guard.result() if guard.done() and not guard.cancelled() else [])
+        return [r for r in seen if r in changed or r in deleted]
 
     @staticmethod
     async def _relay(stop: asyncio.Event, halt: asyncio.Event) -> None:
@@ -420,8 +428,8 @@ class Watcher:
         halt.set()
 
     @staticmethod
-    async def _guard(roots: Sequence[Path], halt: asyncio.Event) -> list[Path]:
-        before = await asyncio.to_thread(_identities, roots)
+    async def _guard(before: Identities, halt: asyncio.Event) -> list[Path]:
+        roots = list(before)
         while not halt.is_set():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(ROOT_CHECK_S):
@@ -435,12 +443,19 @@ class Watcher:
                 return changed
         return []
 
-    async def _stream(self, roots: Sequence[Path], halt: asyncio.Event, kind: str) -> None:
+    async def _stream(
+        self, roots: Sequence[Path], halt: asyncio.Event, kind: str, deleted: set[Path]
+    ) -> None:
+        names = {os.fspath(r): r for r in roots}
+
+        def wanted(change: watchfiles.Change, path: str) -> bool:
+            return path in names or self.wanted(change, path)
+
         # Strict: errors are raised, so the watch limit is seen (watchfiles drops them all
         # when told to ignore permission errors).
         async for changes in watchfiles.awatch(
             *roots,
-            watch_filter=self.wanted,
+            watch_filter=wanted,
             debounce=self.debounce_ms,
             step=50,
             stop_event=halt,
@@ -451,12 +466,22 @@ class Watcher:
             if logger.isEnabledFor(logging.DEBUG):
                 logger.debug("%d changes: %s", len(changes), sorted(changes)[:20])
             for change, path in changes:
-                self.sink(Path(path), change == watchfiles.Change.deleted)
+                if path in names and change == watchfiles.Change.deleted:
+                    deleted.add(names[path])
+                if self.wanted.wanted(path):
+                    self.sink(Path(path), change == watchfiles.Change.deleted)
+            if deleted:
+                # The root's watch went with it, and the guard may never see it replaced: the
+                # folder made in its place can get the same inode back (ext4 hands it out again
+                # at once), so it is watched anew now.
+                logger.info("watched folders were deleted: %s", sorted(deleted))
+                halt.set()
+                return
 
 
-def _identities(roots: Sequence[Path]) -> dict[Path, tuple[int, int] | None]:
+def _identities(roots: Sequence[Path]) -> Identities:
     """Each root's device and inode (None: not a folder now)."""
-    found: dict[Path, tuple[int, int] | None] = {}
+    found: Identities = {}
     for root in roots:
         try:
             info = root.stat()
