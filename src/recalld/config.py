@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +17,13 @@ from typing import Any, Literal
 
 from recalld.errors import ConfigError
 from recalld.masking import mask_value
+from recalld.places import (
+    CLIENT_TIMEOUT_S,
+    default_config_path,
+    default_dirs,
+    socket_file,
+    socket_places,
+)
 from recalld.types import Granularity
 
 ENV_PREFIX = "RECALLD_"
@@ -249,7 +255,7 @@ class ClientSettings:
 
     # Seconds to wait for each message from the daemon; 0: no limit. A followed job (ingest)
     # is never ended by it: the client waits in shorter steps and reconnects.
-    timeout_s: float = 120.0
+    timeout_s: float = CLIENT_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -300,9 +306,7 @@ class Settings:
     @property
     def socket_path(self) -> Path:
         """The daemon's Unix socket."""
-        if self.daemon.socket:
-            return Path(self.daemon.socket).expanduser()
-        return Path(self.runtime_dir).expanduser() / "recalld.sock"
+        return socket_file(self.daemon.socket, self.runtime_dir)
 
     @property
     def drop_folder(self) -> Path:
@@ -320,50 +324,12 @@ class LoadedSettings:
     sources: dict[str, str]
 
 
-def _default_dirs(env: Mapping[str, str]) -> dict[str, str]:
-    home = Path(env.get("HOME", str(Path.home())))
-    if root := env.get("RECALLD_HOME"):
-        base = Path(root)
-        return {
-            "data_dir": str(base / "data"),
-            "cache_dir": str(base / "cache"),
-            "runtime_dir": str(base / "run"),
-        }
-    data = Path(env.get("XDG_DATA_HOME") or home / ".local" / "share") / "recalld"
-    cache = Path(env.get("XDG_CACHE_HOME") or home / ".cache") / "recalld"
-    return {"data_dir": str(data), "cache_dir": str(cache), "runtime_dir": str(_runtime(home))}
-
-
-def _runtime(home: Path) -> Path:
-    # The socket's folder comes from the user's home alone, not from XDG_RUNTIME_DIR or
-    # XDG_CACHE_HOME: editors start MCP servers with a bare environment (HOME, PATH, USER), and
-    # the daemon and every client must agree on the path (issue 17).
-    return home / ".cache" / "recalld" / "run"
-
-
 def socket_candidates(loaded: LoadedSettings, env: Mapping[str, str]) -> list[Path]:
     """Where a client looks for the daemon, in order: the configured socket, then, unless
     `daemon.socket` is set, the places daemons of other environments (or older versions) use.
     """
-    first = loaded.settings.socket_path
-    if loaded.sources.get("daemon.socket", "default") != "default":
-        return [first]
-    home = Path(env.get("HOME", str(Path.home())))
-    places = [first, _runtime(home) / "recalld.sock"]
-    if env.get("XDG_RUNTIME_DIR"):
-        places.append(Path(env["XDG_RUNTIME_DIR"]) / "recalld" / "recalld.sock")
-    places.append(Path("/run/user") / str(os.getuid()) / "recalld" / "recalld.sock")
-    if env.get("XDG_CACHE_HOME"):
-        places.append(Path(env["XDG_CACHE_HOME"]) / "recalld" / "run" / "recalld.sock")
-    return list(dict.fromkeys(places))
-
-
-def default_config_path(env: Mapping[str, str]) -> Path:
-    """The config file used when none is given: `$XDG_CONFIG_HOME/recalld/config.toml`."""
-    if root := env.get("RECALLD_HOME"):
-        return Path(root) / "config.toml"
-    home = Path(env.get("HOME", str(Path.home())))
-    return Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "recalld" / "config.toml"
+    socket_set = loaded.sources.get("daemon.socket", "default") != "default"
+    return socket_places(loaded.settings.socket_path, socket_set, env)
 
 
 def _choice(value: Any, annotation: Any, key: str) -> str:
@@ -509,7 +475,7 @@ def load_settings(
     Raises:
         ConfigError: The file is unreadable or a value is unknown or malformed.
     """
-    layers: list[tuple[str, Mapping[str, Any]]] = [("default", _default_dirs(env))]
+    layers: list[tuple[str, Mapping[str, Any]]] = [("default", default_dirs(env))]
     config_path = path or default_config_path(env)
     if path is not None or config_path.exists():
         import tomllib  # only with a file to read: most clients have none

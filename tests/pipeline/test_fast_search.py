@@ -71,12 +71,20 @@ async def test_the_fast_path_prints_what_click_prints(
     async with daemon.client() as aio:
         await aio.remember("The boat is moored at pier 4", tags=["boat"])
         await aio.remember("The pier closes at dusk", tags=["boat"])
+    # The socket named by `--set` (the settings are loaded), then by the environment alone
+    # (nothing to resolve: the fast path does not load them).
     sets = ["--set", f"daemon.socket={daemon.socket}"]
     for form in FORMS:
         args = [*form, *sets] if "--" not in form else [*sets, *form]
         through_click = await asyncio.to_thread(_click, args, capsys)
         fast = await asyncio.to_thread(_launcher, args, capsys, monkeypatch)
         assert fast == through_click, form
+    monkeypatch.setenv("RECALLD_DAEMON__SOCKET", str(daemon.socket))
+    for form in FORMS:
+        through_click = await asyncio.to_thread(_click, form, capsys)
+        fast = await asyncio.to_thread(_launcher, form, capsys, monkeypatch)
+        assert fast == through_click, form
+    monkeypatch.delenv("RECALLD_DAEMON__SOCKET")
     # Nobody on the socket: the same error, the same exit code (3).
     gone = ["pier", "--json", "--set", f"daemon.socket={daemon.socket}.gone"]
     fast = await asyncio.to_thread(_launcher, gone, capsys, monkeypatch)
@@ -127,7 +135,8 @@ async def test_a_plain_search_imports_only_what_a_client_needs(daemon: Running) 
         "sys.argv = ['recalld', 'search', 'pier', '--json']\n"
         "try:\n    launcher.main()\nexcept SystemExit as exit:\n    print(exit.code)\n"
         "print([m for m in ('click', 'asyncio', 'ssl', 'rich', 'numpy', 'pydantic',"
-        " 'recalld.cli.app', 'recalld.client.aio', 'datetime', 'tomllib', 'hmac')"
+        " 'recalld.cli.app', 'recalld.client.aio', 'recalld.config', 'recalld.types', 'datetime',"
+        " 'tomllib', 'hmac')"
         " if m in sys.modules])"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RECALLD_", "XDG_"))}

@@ -17,8 +17,9 @@ from recalld.cli.connection import connect, load
 from recalld.cli.jobs import job_line
 from recalld.cli.output import duration, emit, pairs, snippet, table, when
 from recalld.client import Client
-from recalld.config import LoadedSettings, default_config_path, setting_scope, settings_as_dict
+from recalld.config import LoadedSettings, setting_scope, settings_as_dict
 from recalld.errors import DaemonError, DaemonNotRunning, StoreError
+from recalld.places import default_config_path
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from recalld.client import Client
-from recalld.config import LoadedSettings, load_settings, socket_candidates
+from recalld.places import CLIENT_TIMEOUT_S, plain_socket_places
+
+if TYPE_CHECKING:
+    from recalld.config import LoadedSettings
 
 
 def parse_sets(values: tuple[str, ...]) -> dict[str, str]:
@@ -35,11 +39,15 @@ def parse_sets(values: tuple[str, ...]) -> dict[str, str]:
 
 def load(config_file: Path | None, sets: tuple[str, ...]) -> LoadedSettings:
     """Resolve settings from the process environment, the config file and `--set`."""
+    from recalld.config import load_settings
+
     return load_settings(config_file, os.environ, parse_sets(sets))
 
 
 def client_for(loaded: LoadedSettings) -> Client:
     """A client for the daemon these settings name, trying the other known places after."""
+    from recalld.config import socket_candidates
+
     places = socket_candidates(loaded, os.environ)
     timeout = loaded.settings.client.timeout_s or None
     return Client(places[0], timeout=timeout, fallbacks=places[1:])
@@ -48,3 +56,19 @@ def client_for(loaded: LoadedSettings) -> Client:
 def connect(config_file: Path | None, sets: tuple[str, ...]) -> Client:
     """A client for the daemon these settings name."""
     return client_for(load(config_file, sets))
+
+
+def searching_client(
+    config_file: Path | None, sets: tuple[str, ...]
+) -> tuple[Client, dict[str, Any]]:
+    """A client and the search settings it sends (`config.request_settings`), as `load` and
+    `client_for` make them; without loading the settings when there is nothing to resolve
+    (no `--config`, no `--set`, no config file, no `RECALLD_*` but the home and the socket):
+    then only the socket differs from the defaults, and no search setting is sent."""
+    places = None if config_file is not None or sets else plain_socket_places(os.environ)
+    if places is not None:
+        return Client(places[0], timeout=CLIENT_TIMEOUT_S, fallbacks=places[1:]), {}
+    from recalld.config import request_settings
+
+    loaded = load(config_file, sets)
+    return client_for(loaded), request_settings(loaded)

@@ -128,16 +128,16 @@ def run(args: list[str]) -> int | None:
     params = parse(args)
     if params is None:
         return None
-    from recalld.cli.connection import client_for, load
+    from recalld.cli.connection import searching_client
     from recalld.cli.searching import search_and_show
     from recalld.errors import RecalldError
 
     config_file, sets = params.pop("config_file"), params.pop("sets")
     query, as_json = params.pop("query"), params["as_json"]
     try:
-        loaded = load(config_file, sets)
-        with client_for(loaded) as client:
-            search_and_show(client, loaded, query, **params)
+        client, settings = searching_client(config_file, sets)
+        with client:
+            search_and_show(client, settings, query, **params)
     except (RecalldError, OSError, EOFError, KeyboardInterrupt) as exc:
         from recalld.cli.app import exit_outside_click
 

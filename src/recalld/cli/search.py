@@ -12,7 +12,7 @@ from recalld.cli.common import client_command, pass_client, pass_client_and_sett
 from recalld.cli.output import emit, snippet, table, when
 from recalld.cli.searching import SEARCH_MODES, search_and_show
 from recalld.client import Client
-from recalld.config import LoadedSettings
+from recalld.config import LoadedSettings, request_settings
 from recalld.projects import project_of
 from recalld.types import GRANULARITIES, KINDS, MEMORY_TYPES
 
@@ -92,7 +92,7 @@ def search(
     """
     search_and_show(
         client,
-        loaded,
+        request_settings(loaded),
         query,
         limit=limit,
         mode=mode,

@@ -6,10 +6,10 @@ Shared by the click command (`recalld.cli.search`) and the launcher's fast path
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from recalld.cli.output import emit, snippet, table
-from recalld.config import LoadedSettings, request_settings
 from recalld.projects import project_of
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ def _routes(explain: dict[str, Any]) -> str:
 
 def search_and_show(
     client: Client,
-    loaded: LoadedSettings,
+    settings: Mapping[str, Any],
     query: tuple[str, ...],
     *,
     limit: int | None,
@@ -48,7 +48,8 @@ def search_and_show(
     project: str | None,
     as_json: bool,
 ) -> None:
-    """Search through `client` with the command's options and print the result."""
+    """Search through `client` with the command's options and the client's own search
+    `settings` (`config.request_settings`), and print the result."""
     filters = {
         "sources": list(sources),
         "kinds": list(kinds),
@@ -67,7 +68,7 @@ def search_and_show(
         expand=expand,
         budget_tokens=budget,
         time_aware=False if no_time else None,
-        settings=request_settings(loaded),
+        settings=settings,
     )
 
     def render(out: Console) -> None:

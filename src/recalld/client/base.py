@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from recalld import protocol
-from recalld.config import load_settings
 from recalld.errors import (
     DaemonBusy,
     DaemonError,
@@ -166,6 +165,9 @@ def ingest_result(job: Mapping[str, Any]) -> dict[str, Any]:
 
 def socket_from_env(env: Mapping[str, str], config_file: Path | None = None) -> Path:
     """The socket path the daemon uses with this environment and config file."""
+    from recalld.config import load_settings  # only here: a client that is given its socket
+    # does not pay for every setting's dataclasses (issue 20)
+
     return load_settings(config_file, env).settings.socket_path
 
 
