@@ -14,9 +14,11 @@ activation reached, the seed it came from, the relation it came over and the hop
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
+from recalld.retrieval.pipeline import Candidates, Query, Stage
 from recalld.storage.records import Link
 from recalld.storage.store import Store
 from recalld.types import Filters
@@ -135,3 +137,33 @@ async def activate(
         reached = {c: r for c, r in reached.items() if c in fused or c in kept}
     new_order, scores = merge(order, fused, reached)
     return new_order, scores, reached
+
+
+class Activation(Stage):
+    """`search.activation`: reached chunks join the candidates; each says how it was reached."""
+
+    name = "activation"
+    when_off: ClassVar[Mapping[str, Any]] = {"activation": None}
+
+    def enabled(self, query: Query) -> bool:
+        return query.settings.activation
+
+    async def run(self, query: Query, found: Candidates) -> None:
+        reached: dict[int, Reached] = {}
+        if found.order:
+            opts = query.settings
+            found.order, found.fused, reached = await activate(
+                found.store,
+                found.order,
+                found.fused,
+                query.filters,
+                opts.activation_seeds,
+                opts.activation_hops,
+                opts.activation_decay,
+            )
+            found.scores = dict(found.fused)
+            await found.load()
+        notes = found.notes(self.name)
+        for cid, how in reached.items():
+            notes[cid] = how.as_dict()
+        found.summary["activation"] = len(reached)

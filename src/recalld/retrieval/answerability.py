@@ -12,7 +12,7 @@ hits say who owns what they hold:
                names no speaker or no turn shares a word (then it says nothing).
 
 A result set whose ownership is below `search.answerability_threshold` (0: off) is
-`rejected`; `explain` carries the figures either way.
+`rejected`; `explain` carries the figures either way (the `AnswerabilityCheck` stage, last).
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from recalld.retrieval.pipeline import Candidates, Query, Stage
 from recalld.storage.fts import query_terms
-from recalld.types import Hit
+from recalld.types import Chunk, Hit
 
 _LINE = re.compile(r"^([^:\n]{1,60}): (.+)$")
 _WORD = re.compile(r"\w+(?:'\w+)*")
@@ -65,13 +66,13 @@ def named_people(query: str, speakers: Sequence[str]) -> tuple[str, ...]:
     return tuple(s for s in speakers if s.split() and stem(s.split()[0]) in words)
 
 
-def best_turn(hit: Hit, terms: set[str]) -> tuple[str, str] | None:
-    """(speaker, text) of the hit's turn that shares most of `terms`; None if none shares any.
-    A fact (no "Speaker: text" lines) is one turn said by its one speaker."""
-    turns = [(m.group(1), m.group(2)) for m in map(_LINE.match, hit.chunk.text.split("\n")) if m]
-    speakers = hit.chunk.meta.get("speakers") or []
+def best_turn(chunk: Chunk, terms: set[str]) -> tuple[str, str] | None:
+    """(speaker, text) of the chunk's turn that shares most of `terms`; None if none shares
+    any. A fact (no "Speaker: text" lines) is one turn said by its one speaker."""
+    turns = [(m.group(1), m.group(2)) for m in map(_LINE.match, chunk.text.split("\n")) if m]
+    speakers = chunk.meta.get("speakers") or []
     if not turns and len(speakers) == 1:
-        turns = [(str(speakers[0]), hit.chunk.text)]
+        turns = [(str(speakers[0]), chunk.text)]
     best, best_overlap = None, 0
     for speaker, text in turns:
         overlap = len(terms & _words(text))
@@ -82,16 +83,21 @@ def best_turn(hit: Hit, terms: set[str]) -> tuple[str, str] | None:
 
 def measure(query: str, hits: Sequence[Hit], k: int = 3) -> Answerability:
     """The ownership of the top `k` hits for `query` (see the module docstring)."""
-    top = list(hits[:k])
-    speakers = list(dict.fromkeys(str(s) for h in top for s in h.chunk.meta.get("speakers") or []))
+    return measure_chunks(query, [h.chunk for h in hits[:k]], k)
+
+
+def measure_chunks(query: str, chunks: Sequence[Chunk], k: int = 3) -> Answerability:
+    """The ownership of the top `k` chunks for `query` (see the module docstring)."""
+    top = list(chunks[:k])
+    speakers = list(dict.fromkeys(str(s) for c in top for s in c.meta.get("speakers") or []))
     people = named_people(query, speakers)
     if not people:
         return Answerability(None, (), k)
     firsts = {stem(p.split()[0]) for p in people}
     terms = {stem(t) for t in query_terms(query)} - firsts
     owned = seen = 0.0
-    for rank, hit in enumerate(top, start=1):
-        turn = best_turn(hit, terms)
+    for rank, chunk in enumerate(top, start=1):
+        turn = best_turn(chunk, terms)
         if turn is None:
             continue
         seen += 1.0 / rank
@@ -103,3 +109,19 @@ def measure(query: str, hits: Sequence[Hit], k: int = 3) -> Answerability:
 def rejects(found: Answerability, threshold: float) -> bool:
     """Whether `threshold` (0: off) rejects a result set with these signals."""
     return threshold > 0 and found.ownership is not None and found.ownership < threshold
+
+
+class AnswerabilityCheck(Stage):
+    """Measures the top hits' ownership on every search; below the threshold, rejects them."""
+
+    name = "answerability"
+
+    def enabled(self, query: Query) -> bool:
+        return True  # the figures are in `explain` even when the threshold is off
+
+    async def run(self, query: Query, found: Candidates) -> None:
+        k = query.settings.answerability_k
+        signals = measure_chunks(query.text, [found.chunks[c] for c in found.order[:k]], k)
+        found.summary["answerability"] = signals.as_dict()
+        if found.order and rejects(signals, query.settings.answerability_threshold):
+            found.order, found.rejected, found.tier = [], True, "low"

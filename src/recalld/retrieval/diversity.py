@@ -1,4 +1,4 @@
-"""Diversity: maximal marginal relevance over embeddings, and exact-content dedup."""
+"""Diversity: maximal marginal relevance over embeddings, and exact-content dedup (two stages)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
+
+from recalld.retrieval.pipeline import Candidates, Query, Stage
 
 
 def dedup(ids: Sequence[int], texts: Mapping[int, str]) -> list[int]:
@@ -53,3 +55,31 @@ def mmr(
         if has_vec[best]:
             max_sim = np.maximum(max_sim, np.where(has_vec, matrix @ matrix[best], 0.0))
     return selected
+
+
+class Dedup(Stage):
+    """`search.dedup`: a candidate whose text an earlier one already has leaves."""
+
+    name = "dedup"
+
+    def enabled(self, query: Query) -> bool:
+        return query.settings.dedup
+
+    async def run(self, query: Query, found: Candidates) -> None:
+        found.order = dedup(found.order, {c: found.chunks[c].text for c in found.order})
+
+
+class MMR(Stage):
+    """`search.mmr`: the `limit` hits are chosen by maximal marginal relevance."""
+
+    name = "mmr"
+
+    def enabled(self, query: Query) -> bool:
+        return query.settings.mmr
+
+    async def run(self, query: Query, found: Candidates) -> None:
+        if len(found.order) > query.limit:
+            vectors = await found.vectors(found.order)
+            found.order = mmr(
+                found.order, found.scores, vectors, query.settings.mmr_lambda, query.limit
+            )

@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import math
 import statistics
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from recalld.retrieval.fusion import sigmoid
+from recalld.retrieval.pipeline import Candidates, Query, Stage
 from recalld.types import Chunk
 
 DAY = 86400.0
@@ -103,3 +105,37 @@ def rerank_scores(
         parts_of.append(parts)
     final = zscore_sigmoid(composite)
     return list(zip(final, parts_of, strict=True))
+
+
+def weights_of(query: Query) -> Weights:
+    """The factor weights a query's settings ask for."""
+    opts = query.settings
+    return Weights(
+        opts.semantic_weight,
+        opts.recency_weight,
+        opts.recency_half_life_days,
+        opts.frequency_weight,
+        opts.importance_weight,
+    )
+
+
+class Rerank(Stage):
+    """The four-factor re-rank, on when any factor besides the semantic one has a weight."""
+
+    name = "factors"
+
+    def enabled(self, query: Query) -> bool:
+        return weights_of(query).any_factor()
+
+    async def run(self, query: Query, found: Candidates) -> None:
+        if not found.order:
+            return
+        order, chunks, now = found.order, found.chunks, time.time()
+        scored = rerank_scores(
+            [factors_of(chunks[c], found.scores[c], now) for c in order], weights_of(query)
+        )
+        found.scores = {c: s for c, (s, _) in zip(order, scored, strict=True)}
+        notes = found.notes(self.name)
+        for cid, (_, parts) in zip(order, scored, strict=True):
+            notes[cid] = {k: round(v, 4) for k, v in parts.items()}
+        found.order = sorted(order, key=lambda c: -found.scores[c])

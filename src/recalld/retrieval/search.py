@@ -1,10 +1,12 @@
-"""The query path: recall → fusion → re-rank → gate → diversity → expansion, with `explain`.
+"""The query path: recall → fusion → gate → the ranking stages → expansion and packing.
 
     query ─▶ embed (cached) ─▶ vector KNN ─┐
-          └▶ escaped terms ─▶ FTS5 BM25 ───┴▶ fusion ─▶ re-rank ─▶ gate ─▶ dedup/MMR ─▶ expand
+          └▶ escaped terms ─▶ FTS5 BM25 ───┴▶ fusion ─▶ gate ─▶ STAGES ─▶ expand ─▶ pack
 
-Each stage can be switched off per call, and every result says which routes found it, at which
-ranks, and each factor that moved it.
+The ranking stages and their order are `retrieval.stages.STAGES`, written there only; a new
+stage is one `pipeline.Stage` subclass and one line in that list. Each stage can be switched
+off per call, and every result says which routes found it, at which ranks, and each stage's
+entry for it.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import dataclasses
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,23 +27,13 @@ import numpy.typing as npt
 from recalld.config import SearchSettings
 from recalld.embeddings.base import Embedder
 from recalld.errors import EmbeddingError, QueryError, RecalldError
-from recalld.retrieval import (
-    activation,
-    answerability,
-    completion,
-    diversity,
-    fusion,
-    gate,
-    packing,
-    rerank,
-    selftune,
-    status,
-    temporal,
-)
+from recalld.retrieval import completion, fusion, gate, packing, selftune, temporal
+from recalld.retrieval.pipeline import Candidates, Query, run_stages
+from recalld.retrieval.stages import STAGES
 from recalld.retrieval.timeparse import TimeIntent, parse
 from recalld.storage.fts import match_expression, query_terms, quote_term
 from recalld.storage.store import Store
-from recalld.types import NO_FILTERS, Filters, Hit, SearchResult
+from recalld.types import NO_FILTERS, Filters, Hit, SearchResult, Tier
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +41,39 @@ MODES = ("hybrid", "vector", "bm25")
 TIME_MODES = ("boost", "filter")
 FUSIONS = ("score", "rrf")
 WEIGHTINGS = ("coverage", "idf", "fixed")
+
+
+@dataclass(slots=True)
+class Recalled:
+    """What the two routes returned for a query.
+
+    Attributes:
+        vec_hits: Vector route: (chunk id, cosine distance), nearest first.
+        kw_hits: Keyword route: (chunk id, BM25 score), best first.
+        dfs: Each query term's document frequency (keyword route only).
+        total: How many chunks the store holds (for the IDFs).
+        coverage: The IDF-weighted share of the query the best keyword hit contains.
+        degraded: Why the query could not be embedded, if it could not.
+        timings: The routes' `timings_ms` entries.
+    """
+
+    vec_hits: list[tuple[int, float]]
+    kw_hits: list[tuple[int, float]]
+    dfs: list[int]
+    total: int
+    coverage: float
+    degraded: list[str]
+    timings: dict[str, float]
+    similarity: dict[int, float] = field(init=False)
+    bm25: dict[int, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.similarity = {cid: 1.0 - dist for cid, dist in self.vec_hits}
+        self.bm25 = dict(self.kw_hits)
+
+    def route_orders(self) -> tuple[list[int], list[int]]:
+        """Each route's chunk ids, best first (for RRF)."""
+        return [c for c, _ in self.vec_hits], [c for c, _ in self.kw_hits]
 
 
 class Searcher:
@@ -129,7 +156,7 @@ class Searcher:
         filters: Filters = NO_FILTERS,
         **overrides: Any,
     ) -> SearchResult:
-        """Search the store.
+        """Search the store: recall, fusion and the gate, the ranking stages, expand, pack.
 
         Args:
             query: Free text; it never reaches FTS5 syntax unescaped.
@@ -140,7 +167,41 @@ class Searcher:
         Raises:
             QueryError: The query is empty or an override is unknown or malformed.
         """
-        if not query.strip():
+        asked = self._query(query, limit, filters, overrides)
+        started = time.perf_counter()
+        if asked.settings.time_aware:
+            asked = await self._with_time_intent(asked)
+        recalled = await self._recall(asked)
+        completed = await self._complete(asked, recalled)
+        found = self._fuse_and_gate(asked, recalled, completed)
+        loading = time.perf_counter()
+        await found.load()
+        found.timings["rank_ms"] = (time.perf_counter() - loading) * 1000
+        await run_stages(STAGES, asked, found)
+        hits = [
+            Hit(chunk=found.chunks[cid], score=found.scores[cid], explain=explain)
+            for cid, explain in self._explain(recalled, completed, found).items()
+        ]
+        opts = asked.settings
+        if opts.expand > 0 and hits:
+            await self._expand(hits, opts.expand)
+        packed = None
+        if opts.budget_tokens and hits:
+            hits, packed = await self._pack(hits, opts.budget_tokens)
+        found.timings["total_ms"] = (time.perf_counter() - started) * 1000
+        summary = self._summary(asked, recalled, found)
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug("search: %d hits, %s", len(hits), summary["timings_ms"])
+        return SearchResult(
+            hits=hits, tier=found.tier, rejected=found.rejected, explain=summary, packing=packed
+        )
+
+    def _query(
+        self, text: str, limit: int | None, filters: Filters, overrides: dict[str, Any]
+    ) -> Query:
+        """The checked request, with the call's settings resolved (defaults, self-tuning,
+        overrides)."""
+        if not text.strip():
             raise QueryError("the query is empty; pass some words to search for")
         tuned_kind, tuned = self._tuned(filters, overrides)
         try:
@@ -162,28 +223,35 @@ class Searcher:
         limit = opts.limit if limit is None else limit
         if limit < 1 or limit > 1000:
             raise QueryError("limit must be between 1 and 1000")
-        timings: dict[str, float] = {}
-        started = time.perf_counter()
-        pool = max(opts.candidates, limit)
-        terms = query_terms(query)
-        use_vector = opts.mode in ("hybrid", "vector")
-        use_keyword = opts.mode in ("hybrid", "bm25") or opts.gate
+        return Query(
+            text, query_terms(text), opts, limit, filters, filters, None, None, tuned_kind, tuned
+        )
 
+    async def _with_time_intent(self, asked: Query) -> Query:
+        """Time-aware search (issue 8): a time expression in the query narrows recall (filter)
+        or boosts the fused candidates in its range (the `time` stage), relative to the
+        scope's dates."""
+        intent, note = await self._time_intent(asked.text, asked.filters)
+        if intent is None:
+            return asked
+        recall_filters = asked.filters
+        if intent.has_range and asked.settings.time_mode == "filter":
+            recall_filters = temporal.narrow(asked.filters, intent)
+        return dataclasses.replace(
+            asked, intent=intent, time_note=note, recall_filters=recall_filters
+        )
+
+    async def _recall(self, asked: Query) -> Recalled:
+        """Both routes at once, each the best `pool` chunks (and the terms' document
+        frequencies for the keyword weights), then the keyword route's coverage."""
+        opts, pool, filters, terms = asked.settings, asked.pool, asked.recall_filters, asked.terms
+        timings: dict[str, float] = {}
         degraded: list[str] = []
-        # Time-aware search (issue 8): a time expression in the query narrows recall (filter)
-        # or boosts the fused candidates in its range (boost), relative to the scope's dates.
-        intent: TimeIntent | None = None
-        time_note: dict[str, Any] | None = None
-        if opts.time_aware:
-            intent, time_note = await self._time_intent(query, filters)
-        recall_filters = filters
-        if intent is not None and intent.has_range and opts.time_mode == "filter":
-            recall_filters = temporal.narrow(filters, intent)
 
         async def vector_route() -> list[tuple[int, float]]:
             t0 = time.perf_counter()
             try:
-                vector = await self.embed_query(query)
+                vector = await self.embed_query(asked.text)
             except EmbeddingError as exc:
                 if opts.mode == "vector":
                     raise
@@ -194,17 +262,18 @@ class Searcher:
             self._embedding_down = False
             timings["embed_ms"] = (time.perf_counter() - t0) * 1000
             t1 = time.perf_counter()
-            hits = await self.store.read(lambda c: c.knn(vector, pool, recall_filters))
+            hits = await self.store.read(lambda c: c.knn(vector, pool, filters))
             timings["vector_ms"] = (time.perf_counter() - t1) * 1000
             return hits
 
         async def keyword_route() -> list[tuple[int, float]]:
             t0 = time.perf_counter()
             expr = match_expression(terms)
-            hits = await self.store.read(lambda c: c.fts(expr, pool, recall_filters))
+            hits = await self.store.read(lambda c: c.fts(expr, pool, filters))
             timings["bm25_ms"] = (time.perf_counter() - t0) * 1000
             return hits
 
+        use_vector, use_keyword = asked.uses_vector, asked.uses_keyword
         try:
             async with asyncio.TaskGroup() as tg:
                 vec_task = tg.create_task(vector_route()) if use_vector else None
@@ -215,17 +284,34 @@ class Searcher:
             raise group.exceptions[0] from None
         vec_hits = vec_task.result() if vec_task else []
         kw_hits = kw_task.result() if kw_task else []
-        similarity = {cid: 1.0 - dist for cid, dist in vec_hits}
-        bm25 = dict(kw_hits)
-
         dfs, total = df_task.result() if df_task else ([], 0)
         coverage = await self._coverage(terms, dfs, total, kw_hits) if kw_hits else 0.0
+        return Recalled(vec_hits, kw_hits, dfs, total, coverage, degraded, timings)
 
-        completed = None
-        if opts.complete_scores and opts.mode == "hybrid" and (vec_hits or kw_hits):
-            completed = await self._complete(query, terms, similarity, bm25, degraded)
+    async def _complete(self, asked: Query, recalled: Recalled) -> completion.Completed | None:
+        """Both routes' scores for every candidate (retrieval/completion.py), when on."""
+        opts = asked.settings
+        if not (opts.complete_scores and opts.mode == "hybrid"):
+            return None
+        if not (recalled.vec_hits or recalled.kw_hits):
+            return None
+        # The vector route cached the query's vector.
+        vector = None if recalled.degraded else await self.embed_query(asked.text)
+        return await completion.complete(
+            self.store,
+            vector,
+            match_expression(asked.terms),
+            recalled.similarity,
+            recalled.bm25,
+        )
 
-        # Fusion.
+    def _fuse_and_gate(
+        self, asked: Query, recalled: Recalled, completed: completion.Completed | None
+    ) -> Candidates:
+        """The fused candidates, best first (none when the gate rejects the query), with the
+        fusion's and the gate's figures in their summary."""
+        opts = asked.settings
+        similarity, bm25 = recalled.similarity, recalled.bm25
         weights = {"vector": 1.0, "bm25": 1.0}
         signal = None
         if opts.mode == "vector":
@@ -240,145 +326,85 @@ class Searcher:
                 opts,
                 route_sim,
                 route_kw,
-                None if completed else ([c for c, _ in vec_hits], [c for c, _ in kw_hits]),
-                coverage,
-                dfs,
-                total,
+                None if completed else recalled.route_orders(),
+                recalled.coverage,
+                recalled.dfs,
+                recalled.total,
             )
-        order = sorted(fused, key=lambda c: (-fused[c], c))[:pool]
+        order = sorted(fused, key=lambda c: (-fused[c], c))[: asked.pool]
 
         # Gate: MemX R1 on the raw route signals, before anything reorders them.
         best_sim = gate.best_of(list(similarity.values()))
-        keyword_evidence = bool(kw_hits) and coverage >= opts.gate_coverage
+        keyword_evidence = bool(recalled.kw_hits) and recalled.coverage >= opts.gate_coverage
         tau = opts.tau or self.calibration.tau
         calib = dataclasses.replace(self.calibration, tau=tau)
+        use_vector = asked.uses_vector
         rejected = opts.gate and use_vector and gate.should_reject(keyword_evidence, best_sim, tau)
-        result_tier = (
+        tier: Tier = (
             gate.tier(keyword_evidence, best_sim, calib)
             if use_vector
             else ("medium" if keyword_evidence else "low")
         )
-        if rejected:
-            order = []
-
-        t0 = time.perf_counter()
-        reached: dict[int, activation.Reached] = {}
-        if opts.activation and order:
-            order, fused, reached = await activation.activate(
-                self.store,
-                order,
-                fused,
-                filters,
-                opts.activation_seeds,
-                opts.activation_hops,
-                opts.activation_decay,
-            )
-        chunks = await self.store.read(lambda c: c.chunks_by_id(order))
-        order = [c for c in order if c in chunks]
-        final_scores = dict(fused)
-        factor_detail: dict[int, dict[str, float]] = {}
-        time_detail: dict[int, dict[str, float]] = {}
-        if intent is not None:
-            # A filtered range needs no boost; an ordering still applies.
-            order, final_scores, time_detail = temporal.boost(
-                order,
-                final_scores,
-                {c: chunks[c].event_time for c in order},
-                intent,
-                range_weight=opts.time_weight if opts.time_mode == "boost" else 0.0,
-                order_weight=opts.time_order_weight,
-            )
-        factor_weights = rerank.Weights(
-            opts.semantic_weight,
-            opts.recency_weight,
-            opts.recency_half_life_days,
-            opts.frequency_weight,
-            opts.importance_weight,
-        )
-        if order and factor_weights.any_factor():
-            scored = rerank.rerank_scores(
-                [rerank.factors_of(chunks[c], final_scores[c], time.time()) for c in order],
-                factor_weights,
-            )
-            final_scores = {c: s for c, (s, _) in zip(order, scored, strict=True)}
-            factor_detail = {
-                c: {k: round(v, 4) for k, v in parts.items()}
-                for c, (_, parts) in zip(order, scored, strict=True)
-            }
-            order = sorted(order, key=lambda c: -final_scores[c])
-        penalised: dict[int, float] = {}
-        if opts.status_penalty and order:
-            statuses = {c: chunks[c].status for c in order}
-            order, final_scores, penalised = status.apply(order, final_scores, statuses, query)
-        if opts.dedup:
-            order = diversity.dedup(order, {c: chunks[c].text for c in order})
-        if opts.mmr and len(order) > limit:
-            vectors = await self.store.read(lambda c: c.vectors_by_id(order, self.store.dimension))
-            order = diversity.mmr(order, final_scores, vectors, opts.mmr_lambda, limit)
-        order = order[:limit]
-        timings["rank_ms"] = (time.perf_counter() - t0) * 1000
-
-        vec_rank = {cid: r for r, (cid, _) in enumerate(vec_hits, start=1)}
-        kw_rank = {cid: r for r, (cid, _) in enumerate(kw_hits, start=1)}
-        hits = []
-        for position, cid in enumerate(order, start=1):
-            routes: dict[str, Any] = {}
-            if cid in vec_rank:
-                routes["vector"] = {"rank": vec_rank[cid], "similarity": round(similarity[cid], 4)}
-            if cid in kw_rank:
-                routes["bm25"] = {"rank": kw_rank[cid], "score": round(bm25[cid], 4)}
-            if completed is not None:
-                completion.explain(routes, cid, completed)
-            explain = {"routes": routes, "fused": round(fused[cid], 6), "position": position}
-            if cid in factor_detail:
-                explain["factors"] = factor_detail[cid]
-            if cid in reached:
-                explain["activation"] = reached[cid].as_dict()
-            if cid in penalised:
-                explain["status_penalty"] = penalised[cid]
-            if cid in time_detail:
-                explain["time"] = time_detail[cid]
-            hits.append(Hit(chunk=chunks[cid], score=final_scores[cid], explain=explain))
-        # Answerability (issue 14): do the top hits belong to the people the query asks about?
-        answerable = answerability.measure(query, hits, opts.answerability_k)
-        if hits and answerability.rejects(answerable, opts.answerability_threshold):
-            hits, rejected, result_tier = [], True, "low"
-        if opts.expand > 0 and hits:
-            await self._expand(hits, opts.expand)
-        packed = None
-        if opts.budget_tokens and hits:
-            hits, packed = await self._pack(hits, opts.budget_tokens)
-        timings["total_ms"] = (time.perf_counter() - started) * 1000
-        summary: dict[str, Any] = {
+        summary = {
             "mode": opts.mode,
             "fusion": opts.fusion if opts.mode == "hybrid" else None,
             "weighting": opts.weighting if opts.mode == "hybrid" else None,
-            "terms": terms,
+            "terms": asked.terms,
             "keyword_signal": None if signal is None else round(signal, 4),
             "weights": {k: round(v, 4) for k, v in weights.items()},
-            "keyword_hits": len(kw_hits),
-            "keyword_coverage": round(coverage, 4),
+            "keyword_hits": len(recalled.kw_hits),
+            "keyword_coverage": round(recalled.coverage, 4),
             "best_similarity": None if best_sim is None else round(best_sim, 4),
             "tau": tau,
-            "rejected": rejected,
-            "tier": result_tier,
-            "calibration": self._tuning_note(tuned_kind, tuned, opts),
-            "answerability": answerable.as_dict(),
-            "activation": len(reached) if opts.activation else None,
-            "asks_about_past": status.asks_about_past(query) if opts.status_penalty else None,
-            "timings_ms": {k: round(v, 3) for k, v in timings.items()},
         }
-        if degraded:
-            summary["vector_unavailable"] = degraded[0]
-        if time_note is not None:
-            time_entry: dict[str, Any] = {**time_note}
-            time_entry["mode"] = opts.time_mode
-            summary["time"] = time_entry
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("search: %d hits, %s", len(hits), summary["timings_ms"])
-        return SearchResult(
-            hits=hits, tier=result_tier, rejected=rejected, explain=summary, packing=packed
+        return Candidates(
+            self.store,
+            [] if rejected else order,
+            dict(fused),
+            fused,
+            rejected,
+            tier,
+            summary=summary,
+            timings=recalled.timings,
         )
+
+    def _explain(
+        self, recalled: Recalled, completed: completion.Completed | None, found: Candidates
+    ) -> dict[int, dict[str, Any]]:
+        """Each hit's `explain`, best first: its routes, fused score and position (from
+        recall and fusion), then each stage's entry."""
+        vec_rank = {cid: r for r, (cid, _) in enumerate(recalled.vec_hits, start=1)}
+        kw_rank = {cid: r for r, (cid, _) in enumerate(recalled.kw_hits, start=1)}
+        out = {}
+        for position, cid in enumerate(found.order, start=1):
+            routes: dict[str, Any] = {}
+            if cid in vec_rank:
+                similarity = round(recalled.similarity[cid], 4)
+                routes["vector"] = {"rank": vec_rank[cid], "similarity": similarity}
+            if cid in kw_rank:
+                routes["bm25"] = {"rank": kw_rank[cid], "score": round(recalled.bm25[cid], 4)}
+            if completed is not None:
+                completion.explain(routes, cid, completed)
+            out[cid] = {
+                "routes": routes,
+                "fused": round(found.fused[cid], 6),
+                "position": position,
+                **found.explain_of(cid),
+            }
+        return out
+
+    def _summary(self, asked: Query, recalled: Recalled, found: Candidates) -> dict[str, Any]:
+        """The result set's `explain`."""
+        summary = {
+            **found.summary,
+            "rejected": found.rejected,
+            "tier": found.tier,
+            "calibration": self._tuning_note(asked.tuned_kind, asked.tuned, asked.settings),
+            "timings_ms": {k: round(v, 3) for k, v in found.timings.items()},
+        }
+        if recalled.degraded:
+            summary["vector_unavailable"] = recalled.degraded[0]
+        return summary
 
     def _tuned(
         self, filters: Filters, overrides: dict[str, Any]
@@ -395,7 +421,7 @@ class Searcher:
         return kind, tuned
 
     def _tuning_note(
-        self, kind: str | None, tuned: dict[str, Any], opts: SearchSettings
+        self, kind: str | None, tuned: Mapping[str, Any], opts: SearchSettings
     ) -> dict[str, Any] | None:
         """What `explain` says about self-calibration."""
         if not opts.self_tune:
@@ -408,20 +434,6 @@ class Searcher:
             "family": selftune.family_of(opts),
             "chosen": bool(tuned),
         }
-
-    async def _complete(
-        self,
-        query: str,
-        terms: list[str],
-        similarity: dict[int, float],
-        bm25: dict[int, float],
-        degraded: list[str],
-    ) -> completion.Completed:
-        """Both routes' scores for every candidate (retrieval/completion.py)."""
-        vector = None if degraded else await self.embed_query(query)  # cached by the route
-        return await completion.complete(
-            self.store, vector, match_expression(terms), similarity, bm25
-        )
 
     async def _coverage(
         self, terms: list[str], dfs: list[int], total: int, kw_hits: list[tuple[int, float]]

@@ -7,6 +7,10 @@ then the older value is what is wanted, and nothing is penalised.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from recalld.retrieval.pipeline import Candidates, Query, Stage
 
 PENALTY = {"active": 1.0, "superseded": 0.5, "contradicted": 0.3}
 
@@ -49,3 +53,22 @@ def apply(
     for cid, factor in factors.items():
         new[cid] = (scores[cid] + shift) * factor - shift
     return sorted(order, key=lambda c: (-new[c], c)), new, factors
+
+
+class StatusPenalty(Stage):
+    """`search.status_penalty`: superseded and contradicted candidates rank down."""
+
+    name = "status_penalty"
+    when_off: ClassVar[Mapping[str, Any]] = {"asks_about_past": None}
+
+    def enabled(self, query: Query) -> bool:
+        return query.settings.status_penalty
+
+    async def run(self, query: Query, found: Candidates) -> None:
+        if found.order:
+            statuses = {c: found.chunks[c].status for c in found.order}
+            found.order, found.scores, penalised = apply(
+                found.order, found.scores, statuses, query.text
+            )
+            found.notes(self.name).update(penalised)
+        found.summary["asks_about_past"] = asks_about_past(query.text)

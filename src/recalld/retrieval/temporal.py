@@ -6,7 +6,8 @@
 A chunk's event time is when it was said or written, while the query names when something
 happened: people mention last month's trip this month. So the boost is soft: full inside the
 range, halving every `grace` outside it (grace = the range's width, at least a week), and the
-filter is opt-in (measured on LoCoMo dev; README, Benchmarks). Pure functions on plain lists.
+filter is opt-in (measured on LoCoMo dev; README, Benchmarks). Pure functions on plain lists,
+and the ranking stage (`TimeBoost`) that applies the boost to a search's candidates.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from recalld.retrieval.pipeline import Candidates, Query, Stage
 from recalld.retrieval.timeparse import TimeIntent, parse
 from recalld.types import Filters
 
@@ -138,3 +140,27 @@ def boost(
         parts["multiplier"] = round(factor, 4)
         detail[cid] = parts
     return sorted(order, key=lambda c: (-boosted[c], c)), boosted, detail
+
+
+class TimeBoost(Stage):
+    """The query's time intent boosts (or, filtered in recall already, orders) the candidates."""
+
+    name = "time"
+
+    def enabled(self, query: Query) -> bool:
+        return query.intent is not None
+
+    async def run(self, query: Query, found: Candidates) -> None:
+        assert query.intent is not None  # enabled() says so
+        opts = query.settings
+        # A filtered range needs no boost; an ordering still applies.
+        found.order, found.scores, detail = boost(
+            found.order,
+            found.scores,
+            {c: found.chunks[c].event_time for c in found.order},
+            query.intent,
+            range_weight=opts.time_weight if opts.time_mode == "boost" else 0.0,
+            order_weight=opts.time_order_weight,
+        )
+        found.notes(self.name).update(detail)
+        found.summary["time"] = {**(query.time_note or {}), "mode": opts.time_mode}

@@ -1,0 +1,151 @@
+"""What every ranking stage shares: the query, the candidates, and the stage signature.
+
+A search builds one `Query` (what was asked, with every setting resolved), recalls and fuses
+into one `Candidates` (what was found so far), and hands both to each stage of
+`retrieval.stages.STAGES` in turn. A stage says when it is `enabled` (from the query alone)
+and `run`s on the candidates: it may reorder, rescore, add or drop them, and it writes only
+its own per-hit `explain` entry (`Candidates.notes(stage.name)`) and its own `timings_ms`
+entry (`stage.timing`, timed by `run_stages`).
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from recalld.config import SearchSettings
+from recalld.retrieval.timeparse import TimeIntent
+from recalld.storage.store import Store
+from recalld.types import Chunk, Filters, Tier
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """One search request with every setting resolved; built once, read by every stage.
+
+    Attributes:
+        text: The query as typed.
+        terms: Its escaped keyword terms.
+        settings: The search settings for this call (defaults, self-tuning, overrides).
+        limit: How many hits to return.
+        filters: The caller's filters.
+        recall_filters: The filters recall runs with (narrowed by a time filter).
+        intent: The query's time intent, None when it says nothing about time.
+        time_note: What `explain` says about that intent.
+        tuned_kind: The content kind self-tuning chose settings for, if any.
+        tuned: The fusion settings self-tuning chose ({} when none).
+    """
+
+    text: str
+    terms: list[str]
+    settings: SearchSettings
+    limit: int
+    filters: Filters
+    recall_filters: Filters
+    intent: TimeIntent | None = None
+    time_note: dict[str, Any] | None = None
+    tuned_kind: str | None = None
+    tuned: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def pool(self) -> int:
+        """How many candidates each route recalls and fusion keeps."""
+        return max(self.settings.candidates, self.limit)
+
+    @property
+    def uses_vector(self) -> bool:
+        return self.settings.mode in ("hybrid", "vector")
+
+    @property
+    def uses_keyword(self) -> bool:
+        """The keyword route also runs for the gate's keyword evidence."""
+        return self.settings.mode in ("hybrid", "bm25") or self.settings.gate
+
+
+@dataclass(slots=True)
+class Candidates:
+    """What a search has found so far, best first; the stages work on it in place.
+
+    Attributes:
+        store: The store they were found in (stages read chunks, links, vectors from it).
+        order: Candidate chunk ids, best first.
+        scores: Each candidate's current score.
+        fused: Each candidate's fused score (spreading activation adds the chunks it reaches).
+        chunks: The loaded chunk of every id in `order`.
+        rejected: Whether the result set is rejected (then `order` is empty).
+        tier: The result set's confidence: `high`, `medium` or `low`.
+        summary: Result-level `explain` entries the stages add.
+        timings: `timings_ms` entries, in milliseconds.
+    """
+
+    store: Store
+    order: list[int]
+    scores: dict[int, float]
+    fused: dict[int, float]
+    rejected: bool
+    tier: Tier
+    chunks: dict[int, Chunk] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    _notes: dict[str, dict[int, Any]] = field(default_factory=dict)
+
+    def notes(self, stage: str) -> dict[int, Any]:
+        """The per-hit `explain` entries of one stage (`{chunk id: value}`), to write to."""
+        return self._notes.setdefault(stage, {})
+
+    def explain_of(self, cid: int) -> dict[str, Any]:
+        """Every stage's `explain` entry for one candidate, in stage order."""
+        return {stage: notes[cid] for stage, notes in self._notes.items() if cid in notes}
+
+    async def load(self) -> None:
+        """Load the chunks of `order` not loaded yet; ids no longer stored leave `order`."""
+        missing = [c for c in self.order if c not in self.chunks]
+        if missing:
+            found = await self.store.read(lambda c: c.chunks_by_id(missing))
+            self.chunks.update(found)
+        self.order = [c for c in self.order if c in self.chunks]
+
+    async def vectors(self, ids: Sequence[int]) -> dict[int, npt.NDArray[np.float32]]:
+        """The stored vectors of `ids` (those that have one)."""
+        store = self.store
+        return await store.read(lambda c: c.vectors_by_id(ids, store.dimension))
+
+
+class Stage(ABC):
+    """One ranking stage. Subclass it, then add an instance to `retrieval.stages.STAGES`.
+
+    Attributes:
+        name: The stage's key in each hit's `explain` (and its name in the docs' stage list).
+        timing: The `timings_ms` entry its time is added to.
+        when_off: Result-level `explain` entries it reports while switched off.
+    """
+
+    name: ClassVar[str]
+    timing: ClassVar[str] = "rank_ms"
+    when_off: ClassVar[Mapping[str, Any]] = {}
+
+    @abstractmethod
+    def enabled(self, query: Query) -> bool:
+        """Whether the stage runs for this query."""
+
+    @abstractmethod
+    async def run(self, query: Query, found: Candidates) -> None:
+        """Rank `found` in place."""
+
+
+async def run_stages(stages: Sequence[Stage], query: Query, found: Candidates) -> None:
+    """Run each enabled stage in order, adding its time to its `timings_ms` entry."""
+    for stage in stages:
+        if not stage.enabled(query):
+            found.summary.update(stage.when_off)
+            continue
+        started = time.perf_counter()
+        await stage.run(query, found)
+        elapsed = (time.perf_counter() - started) * 1000
+        found.timings[stage.timing] = found.timings.get(stage.timing, 0.0) + elapsed
