@@ -167,10 +167,8 @@ class Searcher:
         Raises:
             QueryError: The query is empty or an override is unknown or malformed.
         """
-        asked = self._query(query, limit, filters, overrides)
         started = time.perf_counter()
-        if asked.settings.time_aware:
-            asked = await self._with_time_intent(asked)
+        asked = await self._query(query, limit, filters, overrides)
         recalled = await self._recall(asked)
         completed = await self._complete(asked, recalled)
         found = self._fuse_and_gate(asked, recalled, completed)
@@ -196,16 +194,40 @@ class Searcher:
             hits=hits, tier=found.tier, rejected=found.rejected, explain=summary, packing=packed
         )
 
-    def _query(
+    async def _query(
         self, text: str, limit: int | None, filters: Filters, overrides: dict[str, Any]
     ) -> Query:
-        """The checked request, with the call's settings resolved (defaults, self-tuning,
-        overrides)."""
+        """The request, checked, with its settings resolved and its time intent read.
+
+        Time-aware search (issue 8): a time expression in the query narrows recall (filter)
+        or boosts the fused candidates in its range (the `time` stage), relative to the
+        scope's dates.
+        """
         if not text.strip():
             raise QueryError("the query is empty; pass some words to search for")
         tuned_kind, tuned = self._tuned(filters, overrides)
+        opts, limit = self._settings(limit, {**tuned, **overrides})
+        intent, note = await self._time_intent(text, filters) if opts.time_aware else (None, None)
+        recall_filters = filters
+        if intent is not None and intent.has_range and opts.time_mode == "filter":
+            recall_filters = temporal.narrow(filters, intent)
+        return Query(
+            text,
+            query_terms(text),
+            opts,
+            limit,
+            filters,
+            recall_filters,
+            intent,
+            note,
+            tuned_kind,
+            tuned,
+        )
+
+    def _settings(self, limit: int | None, overrides: dict[str, Any]) -> tuple[SearchSettings, int]:
+        """The call's settings and limit, checked."""
         try:
-            opts = dataclasses.replace(self.settings, **{**tuned, **overrides})
+            opts = dataclasses.replace(self.settings, **overrides)
         except TypeError as exc:
             raise QueryError(f"unknown search option: {exc}") from exc
         if (
@@ -223,23 +245,7 @@ class Searcher:
         limit = opts.limit if limit is None else limit
         if limit < 1 or limit > 1000:
             raise QueryError("limit must be between 1 and 1000")
-        return Query(
-            text, query_terms(text), opts, limit, filters, filters, None, None, tuned_kind, tuned
-        )
-
-    async def _with_time_intent(self, asked: Query) -> Query:
-        """Time-aware search (issue 8): a time expression in the query narrows recall (filter)
-        or boosts the fused candidates in its range (the `time` stage), relative to the
-        scope's dates."""
-        intent, note = await self._time_intent(asked.text, asked.filters)
-        if intent is None:
-            return asked
-        recall_filters = asked.filters
-        if intent.has_range and asked.settings.time_mode == "filter":
-            recall_filters = temporal.narrow(asked.filters, intent)
-        return dataclasses.replace(
-            asked, intent=intent, time_note=note, recall_filters=recall_filters
-        )
+        return opts, limit
 
     async def _recall(self, asked: Query) -> Recalled:
         """Both routes at once, each the best `pool` chunks (and the terms' document
