@@ -33,8 +33,7 @@ from bench import beir, locomo
 from bench.common import bench_settings, load_model
 from recalld.api import AsyncMemory
 from recalld.embeddings.base import Embedder
-from recalld.storage.contract import Writer
-from recalld.storage.store import Store
+from recalld.storage.contract import Store, Writer
 
 # MemX's published weights (Table 1), one factor at a time.
 VARIANTS: dict[str, dict[str, Any]] = {

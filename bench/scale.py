@@ -31,7 +31,7 @@ import numpy.typing as npt
 from bench import metrics
 from recalld.storage import records
 from recalld.storage.contract import Writer
-from recalld.storage.store import Store
+from recalld.storage.sqlite.store import SqliteStore
 from recalld.types import NO_FILTERS, ChunkDraft, Filters
 
 CHUNKS_PER_DOCUMENT = 25
@@ -216,7 +216,7 @@ async def build(path: Path | str, corpus: Corpus, chunks: int, vector_index: str
     """Write a synthetic store of `chunks` chunks at `path` (a SQLite file or a PostgreSQL
     URL); returns seconds taken."""
     started = time.perf_counter()
-    store = await Store.open(
+    store = await SqliteStore.open(
         path,
         model_id=f"synthetic-{corpus.dimension}",
         dimension=corpus.dimension,
@@ -278,7 +278,7 @@ def _disk_mb(path: Path) -> float:
 
 
 async def _knn_timed(
-    store: Store, vector: npt.NDArray[np.float32], k: int, filters: Filters
+    store: SqliteStore, vector: npt.NDArray[np.float32], k: int, filters: Filters
 ) -> tuple[list[int], float]:
     started = time.perf_counter()
     hits = await store.read(lambda c: c.knn(vector, k, filters))
@@ -298,7 +298,7 @@ async def measure(
     texts, vectors = queries(corpus, 2 * count)
     cold_vectors = vectors[:count]
     texts, vectors = texts[count:], vectors[count:]
-    store = await Store.open(
+    store = await SqliteStore.open(
         path, model_id=f"synthetic-{corpus.dimension}", dimension=corpus.dimension
     )
     if exact_below is not None:

@@ -20,7 +20,8 @@ import numpy.typing as npt
 
 from bench import metrics
 from bench.scale import PrecomputedEmbedder, build, make_corpus, queries
-from recalld.storage.store import Store
+from recalld.storage.contract import Store
+from recalld.storage.registry import open_store
 from recalld.types import NO_FILTERS, Filters
 
 
@@ -106,7 +107,7 @@ async def measure(url: str, chunks: int, dimension: int, count: int) -> dict[str
     texts, vectors = queries(corpus, 2 * count)
     cold_vectors, texts, vectors = vectors[:count], texts[count:], vectors[count:]
     location = with_database(url, database_name(chunks, dimension))
-    store = await Store.open(location, model_id=f"synthetic-{dimension}", dimension=dimension)
+    store = await open_store(location, model_id=f"synthetic-{dimension}", dimension=dimension)
     try:
         sizes = await store.read(
             lambda c: c.fetchall(

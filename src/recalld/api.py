@@ -37,7 +37,8 @@ from recalld.ingest.supersede_llm import supersession_detector
 from recalld.retrieval import gate, selftune
 from recalld.retrieval.search import Searcher
 from recalld.storage import records
-from recalld.storage.store import Store, stored_model
+from recalld.storage.contract import Store
+from recalld.storage.registry import open_store, stored_model
 from recalld.types import NO_FILTERS, Chunk, Filters, SearchResult
 
 T = TypeVar("T")
@@ -182,7 +183,7 @@ class AsyncMemory:
                 settings.store_path,
                 running,
             )
-        store = await Store.open(
+        store = await open_store(
             settings.store_location,
             model_id=embedder.model_id,
             dimension=embedder.dimension,

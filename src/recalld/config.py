@@ -290,7 +290,7 @@ class Settings:
 
     @property
     def store_location(self) -> Path | str:
-        """What `Store.open` takes: the SQLite file or the PostgreSQL URL."""
+        """What `storage.registry.open_store` takes: the SQLite file or the PostgreSQL URL."""
         return self.store_url or self.store_path
 
     @property

@@ -1,7 +1,7 @@
 """The ablation benchmark's reset of use counters, on both backends (plain SQL of its own)."""
 
 from bench.ablation import reset_usage
-from recalld.storage.store import Store
+from recalld.storage.contract import Store
 from recalld.types import NO_FILTERS
 from tests.storage.conftest import location, put, store  # noqa: F401 - the stores of tests/storage
 

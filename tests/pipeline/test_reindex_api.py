@@ -14,7 +14,7 @@ from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.embeddings.base import HashEmbedder
 from recalld.errors import ModelMismatchError, ReindexError
-from recalld.storage import check
+from recalld.storage import registry
 from tests.helpers.postgres import VECTOR_INDEX
 
 
@@ -92,7 +92,7 @@ async def test_swap_with_searches_and_ingest_running(
         assert after.hits[0].chunk.text == before.hits[0].chunk.text == text(7)
         # New chunks after the switch get the new model's vectors.
         await memory.remember("a fresh note about zulu")
-        report = await asyncio.to_thread(check.check_store, memory.store.path)
+        report = await asyncio.to_thread(registry.check_store, memory.store.path)
         assert report["ok"], report
         assert report["counts"]["vectors"] == report["counts"]["chunks"] == 191
     finally:
@@ -127,13 +127,13 @@ async def test_cancel_and_a_second_target_is_refused(
         status = memory.reindexer.status()
         assert status is not None
         assert {"spec", "model", "dimension", "done", "total", "rate", "started_at"} <= set(status)
-        report = await asyncio.to_thread(check.check_store, memory.store.path)
+        report = await asyncio.to_thread(registry.check_store, memory.store.path)
         assert report["ok"], report
         cancelled = await memory.reindexer.cancel()
         assert cancelled["cancelled"]
         assert memory.reindexer.status() is None
         assert memory.embedder.model_id == "hash-64"
-        report = await asyncio.to_thread(check.check_store, memory.store.path)
+        report = await asyncio.to_thread(registry.check_store, memory.store.path)
         assert report["ok"], report
         with pytest.raises(ReindexError, match="nothing to cancel"):
             await memory.reindexer.cancel()

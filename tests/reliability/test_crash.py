@@ -23,7 +23,7 @@ import pytest
 
 from recalld.client import Client
 from recalld.errors import DaemonError
-from recalld.storage.check import check_store
+from recalld.storage.registry import check_store
 from recalld.storage.sqlite.connection import connect
 from tests.integration.conftest import Daemon
 

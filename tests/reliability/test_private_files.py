@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from recalld.storage.store import Store
+from recalld.storage.registry import open_store
 from tests.integration.conftest import Daemon
 from tests.storage.conftest import EMBEDDER, put
 
@@ -35,7 +35,7 @@ def store_files(db: Path) -> list[Path]:
 @pytest.mark.usefixtures("umask_022")
 async def test_a_new_store_is_private(tmp_path: Path) -> None:
     db = tmp_path / "fresh" / "nested" / "r.db"
-    store = await Store.open(db, model_id=EMBEDDER.model_id, dimension=64)
+    store = await open_store(db, model_id=EMBEDDER.model_id, dimension=64)
     try:
         await put(store, "/notes/a.md", ["private text"])
         for file in store_files(db):
@@ -51,13 +51,13 @@ async def test_a_loose_store_is_tightened_on_open(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     db = tmp_path / "r.db"
-    store = await Store.open(db, model_id=EMBEDDER.model_id, dimension=64)
+    store = await open_store(db, model_id=EMBEDDER.model_id, dimension=64)
     await put(store, "/notes/a.md", ["private text"])
     # Leave -wal and -shm behind as a running daemon would, then loosen everything.
     for file in store_files(db):
         file.chmod(0o644)
     caplog.set_level(logging.WARNING, logger="recalld.private")
-    again = await Store.open(db, model_id=EMBEDDER.model_id, dimension=64)
+    again = await open_store(db, model_id=EMBEDDER.model_id, dimension=64)
     try:
         for file in store_files(db):
             assert mode(file) == 0o600, file

@@ -18,7 +18,8 @@ from recalld.cli import main
 from recalld.config import Settings, load_settings
 from recalld.embeddings.base import HashEmbedder
 from recalld.ingest.pipeline import MEMORY_PREFIX, content_hash
-from recalld.storage.check import check_store, failed
+from recalld.storage.checks import failed
+from recalld.storage.registry import check_store
 from recalld.storage.sqlite.connection import connect
 from tests.pipeline.conftest import Running, daemon_env, start, stop
 

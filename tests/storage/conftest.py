@@ -5,7 +5,8 @@ import pytest
 
 from recalld.embeddings.base import HashEmbedder
 from recalld.storage import records
-from recalld.storage.store import Store
+from recalld.storage.contract import Store
+from recalld.storage.registry import open_store
 from recalld.types import ChunkDraft
 from tests.helpers.postgres import VECTOR_INDEX
 
@@ -23,7 +24,7 @@ def location(request: pytest.FixtureRequest, tmp_path: Path) -> Path | str:
 
 @pytest.fixture
 async def store(location: Path | str) -> AsyncIterator[Store]:
-    s = await Store.open(
+    s = await open_store(
         location, model_id=EMBEDDER.model_id, dimension=64, vector_index=VECTOR_INDEX
     )
     yield s

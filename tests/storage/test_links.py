@@ -11,9 +11,9 @@ import pytest
 from recalld.embeddings.base import HashEmbedder
 from recalld.errors import IngestError, NotFoundError
 from recalld.storage import records
+from recalld.storage.contract import Store
 from recalld.storage.sqlite import schema
 from recalld.storage.sqlite.connection import connect
-from recalld.storage.store import Store
 from recalld.types import ChunkDraft, Filters
 from tests.storage.conftest import EMBEDDER, put
 

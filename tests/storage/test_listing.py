@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from recalld.storage import forgotten, listing, records
-from recalld.storage.store import Store
+from recalld.storage.contract import Store
 from tests.storage.conftest import new_chunks
 
 

@@ -9,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from recalld.storage.contract import Store
+from recalld.storage.registry import open_store
 from recalld.storage.sqlite import vectors
-from recalld.storage.store import Store
 from tests.storage.test_vectors import DIM, TIGHT, clustered, knn, put, unit
 
 
 @pytest.fixture
 async def pair(tmp_path: Path) -> AsyncIterator[tuple[Store, Store]]:
-    daemon = await Store.open(tmp_path / "v.db", model_id="test-384", dimension=DIM)
-    other = await Store.open(tmp_path / "v.db", model_id="test-384", dimension=DIM)
+    daemon = await open_store(tmp_path / "v.db", model_id="test-384", dimension=DIM)
+    other = await open_store(tmp_path / "v.db", model_id="test-384", dimension=DIM)
     daemon.vectors.tuning = TIGHT  # the cascade answers, from the mirror
     yield daemon, other
     await other.close()

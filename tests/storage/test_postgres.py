@@ -18,8 +18,8 @@ from recalld.config import load_settings
 from recalld.errors import ModelMismatchError, NotFoundError, ReindexError, SchemaTooNewError
 from recalld.storage.pg import schema
 from recalld.storage.records import MemoryEdit
+from recalld.storage.registry import open_store
 from recalld.storage.sqlite.connection import connect
-from recalld.storage.store import Store
 from tests.helpers.postgres import VECTOR_INDEX, PgServer
 
 
@@ -45,7 +45,7 @@ def rows(url: str, sql: str) -> list[tuple]:
 
 async def test_schema_version_indexes_and_model_stamp(pg_url: str):
     # An empty HNSW index is safe even where pgvector's HNSW cannot insert (VECTOR_INDEX).
-    store = await Store.open(pg_url, model_id="hash-64", dimension=64, vector_index="hnsw")
+    store = await open_store(pg_url, model_id="hash-64", dimension=64, vector_index="hnsw")
     await store.close()
     meta = dict(rows(pg_url, "SELECT key, value FROM meta"))
     assert meta == {
@@ -73,11 +73,11 @@ async def test_an_isolated_version_1_store_gains_scoped_history(
     with monkeypatch.context() as patch:
         patch.setattr(schema, "MIGRATIONS", schema.MIGRATIONS[:1])
         patch.setattr(schema, "LATER_SCOPED_TABLES", ())  # not there yet
-        old = await Store.open(pg_url, model_id="hash-64", dimension=64, isolate_users=True)
+        old = await open_store(pg_url, model_id="hash-64", dimension=64, isolate_users=True)
         await old.close()
     assert dict(rows(pg_url, "SELECT key, value FROM meta"))["schema_version"] == "1"
     assert rows(pg_url, "SELECT to_regclass('chunk_history')") == [(None,)]
-    await (await Store.open(pg_url, model_id="hash-64", dimension=64)).close()
+    await (await open_store(pg_url, model_id="hash-64", dimension=64)).close()
     meta = dict(rows(pg_url, "SELECT key, value FROM meta"))
     assert meta["schema_version"] == str(schema.SCHEMA_VERSION) == "3"
     policies = {r[0] for r in rows(pg_url, "SELECT tablename FROM pg_policies")}
@@ -91,14 +91,14 @@ async def test_an_isolated_version_1_store_gains_scoped_history(
 
 
 async def test_newer_schema_and_other_model_are_refused(pg_url: str):
-    await (await Store.open(pg_url, model_id="hash-64", dimension=64)).close()
+    await (await open_store(pg_url, model_id="hash-64", dimension=64)).close()
     with pytest.raises(ModelMismatchError, match=r"set embed\.model back") as info:
-        await Store.open(pg_url, model_id="hash-64", dimension=32)
+        await open_store(pg_url, model_id="hash-64", dimension=32)
     assert info.value.data["stored_dimension"] == 64
     with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute("UPDATE meta SET value = '99' WHERE key = 'schema_version'")
     with pytest.raises(SchemaTooNewError, match="newer than this recalld"):
-        await Store.open(pg_url, model_id="hash-64", dimension=64)
+        await open_store(pg_url, model_id="hash-64", dimension=64)
 
 
 @pytest.fixture
@@ -300,9 +300,9 @@ async def top(memory: AsyncMemory, query: str) -> tuple:
 
 
 async def test_check_reports_a_broken_invariant(pg_url: str):
-    from recalld.storage.check import check_store
+    from recalld.storage.registry import check_store
 
-    store = await Store.open(pg_url, model_id="hash-64", dimension=64, vector_index=VECTOR_INDEX)
+    store = await open_store(pg_url, model_id="hash-64", dimension=64, vector_index=VECTOR_INDEX)
     try:
         from .conftest import put
 
@@ -315,7 +315,7 @@ async def test_check_reports_a_broken_invariant(pg_url: str):
         report = await asyncio.to_thread(check_store, store.path)
         assert not report["ok"]
         assert [c["name"] for c in report["checks"] if not c["ok"]] == ["chunk_count_mismatch"]
-        from recalld.storage.sqlite.repair import check_and_repair
+        from recalld.storage.repair import check_and_repair
 
         async def never(_: object) -> None:
             raise AssertionError("nothing is re-ingested or forgotten")

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from recalld.storage.contract import Store
 from recalld.storage.sqlite import schema
 from recalld.storage.sqlite.connection import connect
-from recalld.storage.store import Store
 from recalld.types import Filters
 from tests.storage.conftest import EMBEDDER, put
 

@@ -12,11 +12,11 @@ import pytest
 
 from recalld.embeddings.base import HashEmbedder
 from recalld.errors import ReindexError
-from recalld.storage import check, records
-from recalld.storage.backend import is_url
-from recalld.storage.sqlite import repair, schema
+from recalld.storage import checks, records, registry, repair
+from recalld.storage.contract import Store
+from recalld.storage.registry import is_url, open_store, stored_model
+from recalld.storage.sqlite import schema
 from recalld.storage.sqlite.connection import connect
-from recalld.storage.store import Store, stored_model
 from recalld.types import ChunkDraft, Filters
 from tests.storage.conftest import put
 
@@ -65,7 +65,7 @@ async def test_stage_swap_and_the_cascade_tables(store: Store) -> None:
     hits = await store.read(lambda c: c.knn(query, 3, Filters()))
     texts = await store.read(lambda c: c.chunks_by_id([hits[0][0]]))
     assert texts[hits[0][0]].text == "beta note 7" and hits[0][1] == pytest.approx(0, abs=1e-5)
-    report = await asyncio.to_thread(check.check_store, store.path)
+    report = await asyncio.to_thread(registry.check_store, store.path)
     assert report["ok"], report
     if not postgres:  # a SQLite file's model is read without opening the store
         assert await asyncio.to_thread(stored_model, store.path) == ("hash:32", "hash-32", 32)
@@ -93,7 +93,7 @@ async def test_check_reports_a_reindex_and_repair_drops_only_bad_rows(store: Sto
     await begin(store)
     rows = await chunk_rows(store)
     await stage_all(store, rows[:6])
-    report = await asyncio.to_thread(check.check_store, store.path)
+    report = await asyncio.to_thread(registry.check_store, store.path)
     assert report["ok"], report
     [entry] = [c for c in report["checks"] if c["name"] == "reindex"]
     assert "in progress to hash-32 (32 dims): 6/12 staged" in entry["detail"]
@@ -106,8 +106,8 @@ async def test_check_reports_a_reindex_and_repair_drops_only_bad_rows(store: Sto
             "UPDATE reindex_vectors SET embedding = ? WHERE chunk_id = ?", (bad, rows[0][0])
         )
     )
-    report = await asyncio.to_thread(check.check_store, store.path)
-    assert check.failed(report) == {"reindex"}
+    report = await asyncio.to_thread(registry.check_store, store.path)
+    assert checks.failed(report) == {"reindex"}
     done = await repair.check_and_repair(store, None, _never, _never)
     assert done["ok"], done
     assert await store.read(lambda r: r.reindex_progress()) == (5, 12)  # the sound rows stay
@@ -115,8 +115,8 @@ async def test_check_reports_a_reindex_and_repair_drops_only_bad_rows(store: Sto
     await store.write(
         lambda c: c.execute("DELETE FROM meta WHERE key IN (?, ?, ?, ?)", tuple(records.STATE_KEYS))
     )
-    report = await asyncio.to_thread(check.check_store, store.path)
-    assert check.failed(report) == {"reindex"}
+    report = await asyncio.to_thread(registry.check_store, store.path)
+    assert checks.failed(report) == {"reindex"}
     done = await repair.check_and_repair(store, None, _never, _never)
     assert done["ok"], done
     assert await store.read(lambda r: r.reindex_progress()) == (0, 12)
@@ -133,11 +133,11 @@ async def test_a_version_2_store_migrates_and_learns_its_spec(tmp_path: Path) ->
     conn.execute("INSERT INTO meta VALUES ('model_id', 'hash-64'), ('dimension', '64')")
     schema.create_vector_table(conn, 64)
     conn.close()
-    store = await Store.open(path, model_id="hash-64", dimension=64, model_spec="hash:64")
+    store = await open_store(path, model_id="hash-64", dimension=64, model_spec="hash:64")
     try:
         assert await asyncio.to_thread(stored_model, path) == ("hash:64", "hash-64", 64)
         await put(store, "/a.md", ["x"])
-        report = await asyncio.to_thread(check.check_store, path)
+        report = await asyncio.to_thread(registry.check_store, path)
         assert report["ok"], report
     finally:
         await store.close()

@@ -3,13 +3,13 @@ from pathlib import Path
 import pytest
 
 from recalld.errors import ModelMismatchError, SchemaTooNewError, StoreError
+from recalld.storage.registry import open_store
 from recalld.storage.sqlite import schema
 from recalld.storage.sqlite.connection import connect
-from recalld.storage.store import Store
 
 
 async def test_new_store_has_schema_version_tables_and_wal(tmp_path: Path):
-    store = await Store.open(tmp_path / "s.db", model_id="hash-64", dimension=64)
+    store = await open_store(tmp_path / "s.db", model_id="hash-64", dimension=64)
     await store.close()
     conn = connect(tmp_path / "s.db")
     assert schema.schema_version(conn) == schema.SCHEMA_VERSION
@@ -31,18 +31,18 @@ async def test_newer_schema_is_refused(tmp_path: Path):
     conn.execute("PRAGMA user_version = 99")
     conn.close()
     with pytest.raises(SchemaTooNewError, match="newer than this recalld"):
-        await Store.open(path, model_id="hash-64", dimension=64)
+        await open_store(path, model_id="hash-64", dimension=64)
 
 
 async def test_other_model_is_refused_with_a_hint(tmp_path: Path):
     path = tmp_path / "s.db"
-    await (await Store.open(path, model_id="hash-64", dimension=64)).close()
+    await (await open_store(path, model_id="hash-64", dimension=64)).close()
     with pytest.raises(ModelMismatchError, match=r"recalld reindex --model SPEC") as info:
-        await Store.open(path, model_id="other", dimension=64)
+        await open_store(path, model_id="other", dimension=64)
     assert info.value.data["stored_model"] == "hash-64"
     assert "set embed.model back to the store's model" in info.value.message
     with pytest.raises(ModelMismatchError):
-        await Store.open(path, model_id="hash-64", dimension=32)
+        await open_store(path, model_id="hash-64", dimension=32)
 
 
 def test_migrations_run_in_order_and_a_failure_leaves_the_file_as_it_was(tmp_path: Path):
@@ -76,7 +76,7 @@ def test_split_sql_keeps_trigger_bodies_whole():
 
 async def test_mismatch_names_the_recorded_spec(tmp_path: Path):
     path = tmp_path / "s.db"
-    await (await Store.open(path, model_id="hash-32", dimension=32, model_spec="hash:32")).close()
+    await (await open_store(path, model_id="hash-32", dimension=32, model_spec="hash:32")).close()
     with pytest.raises(ModelMismatchError, match=r"set embed\.model = 'hash:32'") as info:
-        await Store.open(path, model_id="hash-64", dimension=64, model_spec="hash:64")
+        await open_store(path, model_id="hash-64", dimension=64, model_spec="hash:64")
     assert info.value.data["stored_spec"] == "hash:32"

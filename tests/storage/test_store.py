@@ -5,8 +5,9 @@ import pytest
 
 from recalld.errors import QueryError
 from recalld.storage import records
+from recalld.storage.contract import Store
 from recalld.storage.fts import match_expression, query_terms
-from recalld.storage.store import Store
+from recalld.storage.registry import open_store
 from recalld.types import NO_FILTERS, ChunkDraft, Filters
 from tests.helpers.postgres import VECTOR_INDEX
 
@@ -185,7 +186,7 @@ async def test_readers_are_not_blocked_by_a_long_write(store: Store):
 
 
 async def test_query_time_limit(location: Path | str):
-    s = await Store.open(
+    s = await open_store(
         location,
         model_id=EMBEDDER.model_id,
         dimension=64,

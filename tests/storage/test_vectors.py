@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from recalld.storage import records
+from recalld.storage.contract import Store
+from recalld.storage.registry import open_store
 from recalld.storage.sqlite import schema, vectors
 from recalld.storage.sqlite.connection import connect
-from recalld.storage.store import Store
 from recalld.types import NO_FILTERS, ChunkDraft, Filters
 
 DIM = 384
@@ -75,7 +76,7 @@ def use(store: Store, route: str) -> None:
 
 @pytest.fixture
 async def store(tmp_path: Path):
-    s = await Store.open(tmp_path / "v.db", model_id="test-384", dimension=DIM)
+    s = await open_store(tmp_path / "v.db", model_id="test-384", dimension=DIM)
     yield s
     await s.close()
 
@@ -301,7 +302,7 @@ async def test_migration_backfills_a_store_made_before_m002(tmp_path: Path):
     assert schema.schema_version(conn) == 1
     conn.close()
 
-    store = await Store.open(path, model_id="test-384", dimension=DIM)
+    store = await open_store(path, model_id="test-384", dimension=DIM)
     try:
         store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
         rows = await store.read(

@@ -17,8 +17,8 @@ from recalld import __version__
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.storage import records
-from recalld.storage.exporter import export_lines
 from recalld.storage.importer import import_file
+from recalld.storage.registry import export_lines
 from tests.helpers.postgres import VECTOR_INDEX, PgServer
 from tests.transfer.test_roundtrip import MEMORIES, make_files
 

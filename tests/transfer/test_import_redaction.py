@@ -16,7 +16,7 @@ from recalld import __version__
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.embeddings.base import HashEmbedder
-from recalld.storage import exporter
+from recalld.storage import registry
 from recalld.storage.records import MemoryEdit
 from recalld.storage.sqlite.repair import memory_source
 from tests.pipeline.conftest import Running, daemon_env, start, stop
@@ -51,7 +51,7 @@ async def unredacted_export(tmp_path: Path) -> Path:
         store_path = memory.store.path
     dump = tmp_path / "dump.jsonl"
     lines = await asyncio.to_thread(
-        lambda: list(exporter.export_lines(store_path, vectors=True, recalld_version=__version__))
+        lambda: list(registry.export_lines(store_path, vectors=True, recalld_version=__version__))
     )
     dump.write_text("\n".join(lines) + "\n")
     text = dump.read_text()

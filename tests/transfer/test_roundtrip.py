@@ -14,8 +14,8 @@ from recalld import __version__
 from recalld.api import AsyncMemory
 from recalld.config import Settings, load_settings
 from recalld.errors import NotFoundError, ParseError
-from recalld.storage.exporter import export_lines
 from recalld.storage.importer import import_file
+from recalld.storage.registry import export_lines
 
 NOTES = """# Lighthouse maintenance
 

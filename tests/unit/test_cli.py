@@ -31,7 +31,7 @@ def test_import_is_light() -> None:
     code = (
         "import sys, recalld.cli; "
         "print([m for m in ('numpy', 'onnxruntime', 'markitdown', 'recalld.daemon.lifecycle',"
-        " 'recalld.storage.store') if m in sys.modules])"
+        " 'recalld.storage.sqlite.store') if m in sys.modules])"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True

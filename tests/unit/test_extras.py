@@ -14,7 +14,7 @@ from recalld.embeddings.base import load_embedder
 from recalld.errors import ConfigError, UnsupportedFormatError
 from recalld.extras import installed
 from recalld.ingest.llm_chat import JsonChat
-from recalld.storage.store import Store
+from recalld.storage.registry import open_store
 from tests.unit.chunkers.test_documents import make_xlsx
 
 
@@ -55,4 +55,4 @@ def test_openai_model_without_the_openai_extra(uninstall) -> None:
 async def test_postgres_without_the_postgres_extra(uninstall, tmp_path: Path) -> None:
     uninstall("psycopg")
     with pytest.raises(ConfigError, match=r"PostgreSQL store.*recalld\[postgres\]"):
-        await Store.open("postgresql://me@127.0.0.1:9/none", model_id="m", dimension=4)
+        await open_store("postgresql://me@127.0.0.1:9/none", model_id="m", dimension=4)

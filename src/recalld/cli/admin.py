@@ -274,7 +274,7 @@ def _render_check(report: dict[str, Any]) -> Any:
 def _repair_offline(loaded: LoadedSettings) -> dict[str, Any]:
     """Repair the store with the daemon stopped: its lock, the configured model, our own loop."""
     # Imported only here: the store, the model and the ingest pipeline are heavy.
-    from recalld.storage.sqlite.repair import check_and_repair
+    from recalld.storage.repair import check_and_repair
 
     settings = loaded.settings
     if not settings.store_url and not settings.store_path.exists():
@@ -298,7 +298,7 @@ def _rebuilding(path: Path) -> Any:
     first (`storage.sqlite.salvage`), and once more if the repair still finds it damaged. At most
     two rebuilds and three repairs: it always ends."""
     from recalld.errors import StoreError
-    from recalld.storage.check import check_store
+    from recalld.storage.registry import check_store
     from recalld.storage.sqlite.salvage import is_damaged_report, salvage
 
     def run(repair: Any) -> dict[str, Any]:
@@ -346,7 +346,7 @@ def check(
         report = _repair_offline(load(config_file, sets))
     elif offline:
         # The store layer is imported only here: it pulls numpy and sqlite-vec.
-        from recalld.storage.check import check_store
+        from recalld.storage.registry import check_store
 
         report = check_store(load(config_file, sets).settings.store_location)
     else:

@@ -1,4 +1,4 @@
-"""`recalld migrate`: move a SQLite store into PostgreSQL (see `storage.pg.migrate`)."""
+"""`recalld migrate`: move a SQLite store into PostgreSQL (see `storage.migrate`)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def migrate(source: Path, url: str, isolate_users: bool, vector_index: str, as_j
     # Imported only here: the store layer pulls numpy, sqlite-vec and psycopg.
     import asyncio
 
-    from recalld.storage.pg.migrate import migrate as run
+    from recalld.storage.migrate import migrate as run
 
     def progress(table: str, count: int) -> None:
         if not as_json:

@@ -23,7 +23,7 @@ def _offline_models(config_file: Path | None, sets: tuple[str, ...]) -> dict[str
     """The model list without a daemon: the settings, and the store file's `meta`."""
     # Imported only here: the store layer pulls numpy and sqlite-vec.
     from recalld.embeddings import catalog, tuned
-    from recalld.storage.store import stored_meta
+    from recalld.storage.registry import stored_meta
 
     settings = load(config_file, sets).settings
     meta = stored_meta(settings.store_location) or {}

@@ -50,7 +50,7 @@ def _output(target: str) -> Iterator[IO[str]]:
 
 def _export_offline(loaded: LoadedSettings, write: Callable[[str], object], vectors: bool) -> Any:
     # Imported here: the store layer pulls numpy and sqlite-vec.
-    from recalld.storage.exporter import export_lines
+    from recalld.storage.registry import export_lines
 
     last, count = "", 0
     for line in export_lines(

@@ -35,8 +35,7 @@ from recalld.errors import ConfigError, NotFoundError, RecalldError
 from recalld.ingest.watcher import SOURCE_KINDS
 from recalld.projects import elsewhere
 from recalld.retrieval.search import MODES
-from recalld.storage import check
-from recalld.storage.sqlite import repair
+from recalld.storage import checks, registry, repair
 from recalld.storage.sqlite.connection import UNREADABLE, damaged_error, is_damaged
 from recalld.storage.sqlite.guard import is_disk_full, os_disk_full_error, write_state
 from recalld.types import MEMORY_TYPES, Chunk, Hit
@@ -347,7 +346,7 @@ async def admin_check(ctx: Context, params: Params, progress: Progress) -> Any:
     params.done()
     memory = ctx.memory
     if not fix:
-        report = await asyncio.to_thread(check.check_store, memory.store.path)
+        report = await asyncio.to_thread(registry.check_store, memory.store.path)
     else:
         if memory.store.backend == "sqlite":
             await memory.store.check_vector_index()  # drops a stale in-memory index
@@ -358,7 +357,7 @@ async def admin_check(ctx: Context, params: Params, progress: Progress) -> Any:
         return report
     # The daemon's in-memory vector index, which the file checks cannot see.
     found = await memory.store.check_vector_index()
-    return check.with_check(report, check.vector_index_result(found))
+    return checks.with_check(report, checks.vector_index_result(found))
 
 
 async def config_show(ctx: Context, params: Params, progress: Progress) -> Any:

@@ -1,10 +1,11 @@
 """The `export` and `import` methods: the store as JSONL, streamed out or read back in.
 
-`export` runs the blocking exporter (`storage.exporter`) batch by batch in a worker thread and
-sends each batch of lines to the client as a `progress` notification (`{"lines": "…\\n…\\n"}`),
-so neither side ever holds the whole export. `import` reads a file the daemon can open (the
-clients send an absolute path) and writes through the store's single writer, one transaction
-per document (`storage.importer`), its secrets redacted unless `allow_secrets`.
+`export` runs the blocking exporter (`storage.registry.export_lines`) batch by batch in a
+worker thread and sends each batch of lines to the client as a `progress` notification
+(`{"lines": "…\\n…\\n"}`), so neither side ever holds the whole export. `import` reads a
+file the daemon can open (the clients send an absolute path) and writes through the store's
+single writer, one transaction per document (`storage.importer`), its secrets redacted
+unless `allow_secrets`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from recalld import __version__
 from recalld.daemon.params import Params
-from recalld.storage import exporter, importer
+from recalld.storage import importer, registry
 
 if TYPE_CHECKING:
     from recalld.daemon.methods import Context
@@ -48,7 +49,7 @@ async def export(ctx: Context, params: Params, progress: Progress) -> Any:
     """Stream the store as JSONL lines in `progress` notifications; returns the footer."""
     vectors = params.boolean("vectors", False)
     params.done()
-    lines = exporter.export_lines(
+    lines = registry.export_lines(
         ctx.memory.store.path, vectors=vectors, recalld_version=__version__
     )
     sent = 0

@@ -27,10 +27,9 @@ from recalld.config import LinkSettings
 from recalld.errors import IngestError
 from recalld.ingest import supersede
 from recalld.ingest.supersede_llm import LLMSupersessionDetector
-from recalld.storage.contract import Reader
+from recalld.storage.contract import Reader, Store
 from recalld.storage.records import AutoLink
 from recalld.storage.sqlite.connection import OperationalError
-from recalld.storage.store import Store
 from recalld.types import ChunkDraft, Filters
 
 logger = logging.getLogger(__name__)

@@ -42,9 +42,8 @@ from recalld.ingest.facts_llm import LLMFactExtractor
 from recalld.ingest.supersede_llm import LLMSupersessionDetector
 from recalld.safe_io import call_with_timeout, open_regular
 from recalld.storage import records
-from recalld.storage.contract import Writer
+from recalld.storage.contract import Store, Writer
 from recalld.storage.importer import Redact
-from recalld.storage.store import Store
 from recalld.types import MEMORY_TYPES, ChunkDraft
 
 logger = logging.getLogger(__name__)

@@ -26,8 +26,7 @@ import numpy.typing as npt
 from recalld.embeddings.base import Embedder
 from recalld.errors import RecalldError, ReindexError
 from recalld.storage import records
-from recalld.storage.contract import Writer
-from recalld.storage.store import Store
+from recalld.storage.contract import Store, Writer
 
 logger = logging.getLogger(__name__)
 

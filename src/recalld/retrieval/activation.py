@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from recalld.retrieval.pipeline import Candidates, Query, Stage
+from recalld.storage.contract import Store
 from recalld.storage.records import Link
-from recalld.storage.store import Store
 from recalld.types import Filters
 
 

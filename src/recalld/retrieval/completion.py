@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recalld.storage.store import Store
+from recalld.storage.contract import Store
 
 
 @dataclass(slots=True)

@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from recalld.config import SearchSettings
 from recalld.retrieval.timeparse import TimeIntent
-from recalld.storage.store import Store
+from recalld.storage.contract import Store
 from recalld.types import Chunk, Filters, Tier
 
 

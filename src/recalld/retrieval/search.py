@@ -31,8 +31,8 @@ from recalld.retrieval import completion, fusion, gate, packing, selftune, tempo
 from recalld.retrieval.pipeline import Candidates, Query, run_stages
 from recalld.retrieval.stages import STAGES
 from recalld.retrieval.timeparse import TimeIntent, parse
+from recalld.storage.contract import Store
 from recalld.storage.fts import match_expression, query_terms, quote_term
-from recalld.storage.store import Store
 from recalld.types import NO_FILTERS, Filters, Hit, SearchResult, Tier
 
 logger = logging.getLogger(__name__)

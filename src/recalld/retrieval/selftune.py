@@ -39,9 +39,8 @@ import numpy.typing as npt
 from recalld.config import SearchSettings
 from recalld.embeddings.base import Embedder
 from recalld.retrieval import completion, fusion
-from recalld.storage.contract import Reader
+from recalld.storage.contract import Reader, Store
 from recalld.storage.fts import match_expression, query_terms, quote_term
-from recalld.storage.store import Store
 from recalld.types import Chunk, Filters
 
 logger = logging.getLogger(__name__)

@@ -2,9 +2,10 @@
 
 A store (`Store`) hands out a `Reader` inside a read transaction (`store.read(fn)` runs
 `fn(reader)`) and a `Writer` inside one write transaction (`store.write(fn)`). SQLite
-(`storage.sqlite.access`) and PostgreSQL (`storage.pg.access`) implement these Protocols as
-peers: their classes subclass them explicitly, so `mypy --strict` fails when an implementation
-lacks an operation or drifts from the signature stated here.
+(`storage.sqlite`) and PostgreSQL (`storage.pg`) implement these Protocols as peers: their
+reader and writer classes subclass `Reader` and `Writer` explicitly, and `storage.registry`
+types each backend's `open` as returning a `Store`, so `mypy --strict` fails when an
+implementation lacks an operation or drifts from the signature stated here.
 
 Text search expressions (`expression`) are FTS5 expressions as `retrieval.query` builds them;
 each backend translates them. Ad-hoc SQL (`fetchall`, `execute`) uses `?` placeholders on both.
@@ -12,14 +13,20 @@ each backend translates them. Ad-hoc SQL (`fetchall`, `execute`) uses `?` placeh
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from recalld.errors import StoreGoneError
+from recalld.storage import portable
 from recalld.storage.records import Link, MemoryEdit, NewChunk, NewDocument, ReindexState
 from recalld.types import Chunk, Document, Filters
+
+T = TypeVar("T")
 
 
 class Reader(Protocol):
@@ -384,4 +391,155 @@ class Writer(Reader, Protocol):
 
     async def set_meta(self, key: str, value: str) -> None:
         """Set one value of the store's `meta` table (self-calibration records its choice there)."""
+        ...
+
+
+class Store(Protocol):
+    """An open store: reads and writes in transactions, and the embedding model it holds.
+
+    `storage.registry.open_store` opens one from a location; each backend's store class
+    (`storage.sqlite.store.SqliteStore`, `storage.pg.store.PgStore`) implements this.
+    """
+
+    @property
+    def path(self) -> Path | str:
+        """Where the store lives (a PostgreSQL URL without its password)."""
+        ...
+
+    @property
+    def backend(self) -> str:
+        """The backend's name: "sqlite", "postgresql"."""
+        ...
+
+    @property
+    def schema_version(self) -> int:
+        """The newest schema of this backend, which every open store is migrated to."""
+        ...
+
+    @property
+    def model_id(self) -> str:
+        """The embedding model the store's vectors come from."""
+        ...
+
+    @property
+    def dimension(self) -> int:
+        """The length of the store's vectors."""
+        ...
+
+    @property
+    def generation(self) -> int:
+        """Moves when the stored text may have changed (caches of term statistics follow it)."""
+        ...
+
+    @property
+    def disk_full(self) -> bool:
+        """The last write found the disk full (cleared by the next that succeeds)."""
+        ...
+
+    @property
+    def gone(self) -> StoreGoneError | None:
+        """A file of the store changed under it: every write is refused from then on."""
+        ...
+
+    @property
+    def model_version(self) -> int:
+        """How many times a reindex swapped the model since the store was opened."""
+        ...
+
+    @property
+    def switching(self) -> bool:
+        """A swap is in progress (from just before its COMMIT until `end_switch`)."""
+        ...
+
+    async def read(self, fn: Callable[[Reader], Awaitable[T]]) -> T:
+        """Run `fn(reader)` in one read transaction."""
+        ...
+
+    def reading(self) -> AbstractAsyncContextManager[Reader]:
+        """Borrow a reader for several reads in one transaction."""
+        ...
+
+    async def write(
+        self, fn: Callable[[Writer], Awaitable[T]], *, counters_only: bool = False
+    ) -> T:
+        """Run `fn(writer)` in one write transaction; it commits when `fn` returns.
+
+        `counters_only`: the write changes only use counters, so `generation` stays. A
+        cancelled caller does not cut the transaction short: it runs on to its end."""
+        ...
+
+    async def close(self) -> None:
+        """Close the store (waiting for a running write to finish)."""
+        ...
+
+    def begin_switch(self) -> None:
+        """Mark the model as changing (called inside the swap transaction, before COMMIT)."""
+        ...
+
+    def end_switch(self, model_id: str | None = None, dimension: int | None = None) -> None:
+        """The swap committed (`model_id` and `dimension` given) or was abandoned (None)."""
+        ...
+
+    def model_changed(self, since: int) -> bool:
+        """Whether the model changed, or is changing, since `model_version` was `since`."""
+        ...
+
+    async def model_settled(self) -> int:
+        """Wait for a swap in progress to finish; returns the current `model_version`."""
+        ...
+
+    async def check_vector_index(self) -> tuple[int, int] | None:
+        """`(missing, extra)` rows of an in-memory vector index against the store, or None
+        when there is none loaded; one that differs is dropped and reloads."""
+        ...
+
+    async def check_files(self) -> None:
+        """Check that the store's files are still the ones open.
+
+        Raises:
+            StoreGoneError: One was deleted or replaced; every later write is refused too.
+        """
+        ...
+
+
+class StoreBackend(Protocol):
+    """One backend: open a store at a location, and what is done to one without opening it."""
+
+    async def open(
+        self,
+        location: str,
+        *,
+        model_id: str,
+        dimension: int,
+        readers: int,
+        query_timeout_ms: int,
+        model_spec: str | None,
+        isolate_users: bool,
+        vector_index: str,
+    ) -> Store:
+        """Open (creating or migrating) the store at `location`.
+
+        Raises:
+            SchemaTooNewError: The store comes from a newer recalld.
+            ModelMismatchError: The store was embedded with another model.
+            StoreError: The store cannot be opened.
+        """
+        ...
+
+    def stored_meta(self, location: str) -> dict[str, str] | None:
+        """The store's `meta` table, or None when there is no store there (blocking)."""
+        ...
+
+    def check_store(self, location: str) -> dict[str, Any]:
+        """`check`'s report on the store's invariants, changing nothing (blocking)."""
+        ...
+
+    def export_lines(
+        self, location: str, *, vectors: bool, recalld_version: str
+    ) -> Generator[str, None, None]:
+        """The store as JSONL lines (`storage.portable`), from one snapshot (blocking)."""
+        ...
+
+    def target_tables(self, location: str) -> dict[str, portable.Table]:
+        """The store's tables by name, as an import maps onto them (blocking)."""
         ...

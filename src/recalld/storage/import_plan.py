@@ -17,10 +17,8 @@ from typing import Any
 
 from recalld.errors import NotFoundError, ParseError
 from recalld.safe_io import open_regular
-from recalld.storage import portable
-from recalld.storage.backend import is_url
+from recalld.storage import portable, registry
 from recalld.storage.sqlite import values
-from recalld.storage.sqlite.connection import connect
 
 
 @dataclass(slots=True)
@@ -70,22 +68,6 @@ def _error(path: Path, line: int, why: str) -> ParseError:
     )
 
 
-def target_tables(store_path: Path | str) -> dict[str, portable.Table]:
-    """The tables of the store that imports (blocking); a PostgreSQL store's from its catalog."""
-    if is_url(store_path):
-        import psycopg
-
-        from recalld.storage.pg.exporter import discover
-
-        with psycopg.connect(getattr(store_path, "url", str(store_path))) as pg:
-            return {t.name: t for t in discover(pg)}
-    conn = connect(store_path, readonly=True)
-    try:
-        return {t.name: t for t in portable.discover(conn)}
-    finally:
-        conn.close()
-
-
 def plan_import(path: Path, store_path: Path | str, model_id: str, dimension: int) -> Plan:
     """Check the whole file against the target store.
 
@@ -100,7 +82,7 @@ def plan_import(path: Path, store_path: Path | str, model_id: str, dimension: in
     """
     if not path.is_file():
         raise NotFoundError(f"no export file at {path}", data={"path": str(path)})
-    checker = _Checker(path, target_tables(store_path))
+    checker = _Checker(path, registry.target_tables(store_path))
     number = 0
     for number, message in read_lines(path):
         try:

@@ -40,10 +40,9 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.storage import portable
-from recalld.storage.contract import Writer
+from recalld.storage.contract import Store, Writer
 from recalld.storage.import_plan import Plan, plan_import, read_lines
 from recalld.storage.sqlite.repair import MEMORY_PREFIX, memory_source
-from recalld.storage.store import Store
 
 logger = logging.getLogger(__name__)
 

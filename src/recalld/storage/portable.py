@@ -23,6 +23,7 @@ cascade) are rebuilt on import rather than copied; `meta` belongs to the store, 
 from __future__ import annotations
 
 import base64
+import json
 import sqlite3
 import time
 from dataclasses import dataclass, field
@@ -168,3 +169,18 @@ def decode_vector(text: Any, dimension: int) -> bytes:
     if len(blob) != 4 * dimension:
         raise ValueError(f"'vector' has {len(blob) // 4} values, the header says {dimension}")
     return blob
+
+
+def dumps(message: dict[str, Any]) -> str:
+    """One export line (without its newline)."""
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def row_dict(table: Table, row: Any) -> dict[str, Any]:
+    """A row of `table` (in its column order) as an export line's `row`."""
+    return {c: encode_value(row[i]) for i, c in enumerate(table.columns)}
+
+
+def select_list(table: Table, alias: str) -> str:
+    """The SELECT list of `table`'s columns on `alias`, in export order."""
+    return ", ".join(f'{alias}."{c}"' for c in table.columns)

@@ -25,7 +25,7 @@ STATE_KEYS = ("reindex_spec", "reindex_model_id", "reindex_dimension", "reindex_
 
 
 # The spec (`local`, `hash:32`, `openai:...`) the store's vectors were made with, so a daemon
-# whose config does not name a model can load the one the store holds (see `Store.open`).
+# whose config does not name a model can load the one the store holds (see `registry.open_store`).
 SPEC_KEY = "model_spec"
 
 

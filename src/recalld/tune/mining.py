@@ -22,9 +22,8 @@ from typing import Any
 import numpy as np
 
 from recalld.embeddings.base import Embedder
-from recalld.storage.contract import Reader
+from recalld.storage.contract import Reader, Store
 from recalld.storage.fts import match_expression, query_terms
-from recalld.storage.store import Store
 from recalld.types import NO_FILTERS, Chunk
 
 TOP_K = 10

@@ -24,7 +24,7 @@ from recalld.embeddings import tuned
 from recalld.embeddings.base import Embedder
 from recalld.embeddings.local import WEIGHTS_SHA256, default_model_dir
 from recalld.errors import ConfigError
-from recalld.storage.store import Store
+from recalld.storage.contract import Store
 from recalld.tune import export, gate, mining, train
 from recalld.tune.encoder import Encoder
 

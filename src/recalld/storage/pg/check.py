@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 
 from recalld.errors import StoreError
+from recalld.storage import checks as check_report
 from recalld.storage import records
-from recalld.storage.check import ZERO_CHECKS, _report, _result, reindex_result
 from recalld.storage.pg.store import redact
 
 # The SQLite checks whose SQL is plain SQL on the same tables; FTS rows are the chunks' tsv.
@@ -41,8 +41,10 @@ def check_store(url: str) -> dict[str, Any]:
 
             if not scalar("SELECT count(*) FROM pg_class WHERE relname = 'chunks_vec'"):
                 counts = dict.fromkeys(("documents", "chunks", "vectors", "fts_rows"), 0)
-                checks = [_result("schema", 0, "an empty store; `recalld serve` creates it")]
-                return _report(shown, counts, checks, started)  # type: ignore[arg-type]
+                checks = [
+                    check_report.result("schema", 0, "an empty store; `recalld serve` creates it")
+                ]
+                return check_report.report(shown, counts, checks, started)
             counts = {
                 "documents": scalar("SELECT count(*) FROM documents"),
                 "chunks": scalar("SELECT count(*) FROM chunks"),
@@ -50,19 +52,19 @@ def check_store(url: str) -> dict[str, Any]:
                 "fts_rows": scalar("SELECT count(*) FROM chunks WHERE tsv IS NOT NULL"),
             }
             checks = [
-                _result(name, scalar(sql), detail)
-                for name, sql, detail in ZERO_CHECKS
+                check_report.result(name, scalar(sql), detail)
+                for name, sql, detail in check_report.ZERO_CHECKS
                 if name in _SHARED
             ]
             checks.append(
-                _result(
+                check_report.result(
                     "chunks_without_fts",
                     counts["chunks"] - counts["fts_rows"],
                     "chunks missing from the full-text index",
                 )
             )
             checks.append(
-                _result(
+                check_report.result(
                     "vector_parity",
                     abs(counts["vectors"] - counts["chunks"]),
                     "difference between vectors and chunks",
@@ -74,7 +76,7 @@ def check_store(url: str) -> dict[str, Any]:
                 "AND attname = 'embedding'"
             )
             checks.append(
-                _result(
+                check_report.result(
                     "model",
                     int(stored != actual),
                     f"meta says {stored} dimensions, the vector column holds {actual}",
@@ -90,7 +92,7 @@ def check_store(url: str) -> dict[str, Any]:
                     f"WHERE vector_dims(embedding) <> {int(state.dimension)}"
                 )
             staged = scalar("SELECT count(*) FROM reindex_vectors")
-            checks.append(reindex_result(state, staged, counts["chunks"], 0, bad))
+            checks.append(check_report.reindex_result(state, staged, counts["chunks"], 0, bad))
     except psycopg.Error as exc:
         raise StoreError(f"cannot check store {shown}: {exc}") from exc
-    return _report(shown, counts, checks, started)  # type: ignore[arg-type]
+    return check_report.report(shown, counts, checks, started)

@@ -1,4 +1,4 @@
-"""Export on PostgreSQL: the same JSONL as `storage.exporter`, from one snapshot.
+"""Export on PostgreSQL: the same JSONL as `storage.sqlite.exporter`, from one snapshot.
 
 Tables are discovered from the catalog as `storage.portable.discover` does from SQLite's
 PRAGMAs: the same tables (documents, chunks, links, errors, chunk_history), the same surrogate
@@ -21,7 +21,6 @@ import psycopg
 
 from recalld.errors import SchemaTooNewError, StoreError
 from recalld.storage import portable
-from recalld.storage.exporter import _dumps, _row, _select
 from recalld.storage.pg.schema import SCHEMA_VERSION
 from recalld.storage.pg.store import redact
 
@@ -88,7 +87,7 @@ def discover(conn: psycopg.Connection[Any]) -> list[portable.Table]:
 
 
 def export_lines(url: str, *, vectors: bool, recalld_version: str) -> Generator[str, None, None]:
-    """The store in the database at `url` as export lines (see `storage.exporter`).
+    """The store in the database at `url` as export lines (see `storage.sqlite.exporter`).
 
     Raises:
         StoreError: The database cannot be reached or holds no store.
@@ -119,7 +118,7 @@ def _lines(conn: psycopg.Connection[Any], vectors: bool, recalld_version: str) -
         )
     tables = discover(conn)
     by_name = {t.name: t for t in tables}
-    yield _dumps(
+    yield portable.dumps(
         portable.header(recalld_version, version, meta, vectors, tables, backend="postgresql")
     )
     counts = {t.name: 0 for t in tables}
@@ -128,14 +127,16 @@ def _lines(conn: psycopg.Connection[Any], vectors: bool, recalld_version: str) -
         if table.name in (portable.DOCUMENTS, portable.CHUNKS):
             continue
         with conn.cursor(name=f"export_{table.name}") as cursor:
-            cursor.execute(f'SELECT {_select(table, "t")} FROM "{table.name}" t'.encode())
+            cursor.execute(
+                f'SELECT {portable.select_list(table, "t")} FROM "{table.name}" t'.encode()
+            )
             while rows := cursor.fetchmany(_FETCH):
                 for row in rows:
-                    yield _dumps({"type": table.name, "row": _row(table, row)})
+                    yield portable.dumps({"type": table.name, "row": portable.row_dict(table, row)})
                 counts[table.name] += len(rows)
     skipped = conn.execute("SELECT count(*) FROM documents WHERE state <> 'complete'").fetchone()
     logger.info("exported %s", counts)
-    yield _dumps(
+    yield portable.dumps(
         {
             "type": portable.FOOTER,
             "counts": counts,
@@ -155,24 +156,29 @@ def _documents(
     vector_sql = ", v.embedding::real[]" if vectors else ""
     vector_join = "LEFT JOIN chunks_vec v ON v.chunk_id = c.id" if vectors else ""
     chunk_sql = (
-        f"SELECT {_select(chunks, 'c')}{vector_sql} FROM chunks c {vector_join} "
+        f"SELECT {portable.select_list(chunks, 'c')}{vector_sql} FROM chunks c {vector_join} "
         "WHERE c.document_id = %s ORDER BY c.position, c.id"
     )
     id_index = docs.columns.index("id")
     width = len(chunks.columns)
     with conn.cursor(name="export_documents") as doc_cursor:
         doc_cursor.execute(
-            f"SELECT {_select(docs, 'd')} FROM documents d WHERE d.state = 'complete' "
+            f"SELECT {portable.select_list(docs, 'd')} FROM documents d WHERE d.state = 'complete' "
             "ORDER BY d.id".encode()
         )
         while batch := doc_cursor.fetchmany(_FETCH):
             for doc in batch:
-                yield _dumps({"type": portable.DOCUMENTS, "row": _row(docs, doc)})
+                yield portable.dumps(
+                    {"type": portable.DOCUMENTS, "row": portable.row_dict(docs, doc)}
+                )
                 counts[portable.DOCUMENTS] += 1
                 for row in conn.execute(chunk_sql.encode(), (doc[id_index],)).fetchall():
-                    line: dict[str, Any] = {"type": portable.CHUNKS, "row": _row(chunks, row)}
+                    line: dict[str, Any] = {
+                        "type": portable.CHUNKS,
+                        "row": portable.row_dict(chunks, row),
+                    }
                     if vectors and row[width] is not None:
                         blob = np.asarray(row[width], dtype=np.float32).tobytes()
                         line["vector"] = portable.encode_vector(blob)
-                    yield _dumps(line)
+                    yield portable.dumps(line)
                     counts[portable.CHUNKS] += 1

@@ -21,13 +21,13 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg_pool import AsyncConnectionPool
 
-from recalld.errors import QueryError, StoreError
+from recalld.errors import QueryError, StoreError, StoreGoneError
 from recalld.storage import contract
+from recalld.storage.model_switch import ModelSwitch, shielded
 from recalld.storage.pg import schema
 from recalld.storage.pg.access import PgReader, PgWriter
 from recalld.storage.pg.handle import PgConn, Writer, register_vector
 from recalld.storage.records import SPEC_KEY, model_mismatch
-from recalld.storage.store import Store, _observe
 
 logger = logging.getLogger(__name__)
 
@@ -116,11 +116,10 @@ def stored_meta(url: str) -> dict[str, str] | None:
         return None
 
 
-class PgStore(Store):
-    """A `Store` on PostgreSQL (see the module docstring).
-
-    It shares `Store`'s interface, not its SQLite internals: `vectors` (the SQLite vector
-    cascade) is None here, as pgvector's HNSW index does that job inside the database.
+class PgStore(ModelSwitch):
+    """The PostgreSQL store (`contract.Store`; see the module docstring), a peer of
+    `storage.sqlite.store.SqliteStore`. pgvector's index does inside the database what the
+    SQLite store's in-memory vector cascade does there.
 
     Attributes:
         path: The database URL without its password.
@@ -131,6 +130,9 @@ class PgStore(Store):
 
     backend = "postgresql"
     schema_version = schema.SCHEMA_VERSION
+    # The server keeps the files: a full disk or a replaced file is its to report.
+    disk_full = False
+    gone: StoreGoneError | None = None
 
     def __init__(
         self,
@@ -142,7 +144,7 @@ class PgStore(Store):
         isolated: bool,
         identity: Writer,
     ) -> None:
-        self.path = StoreUrl(url)  # type: ignore[assignment]
+        self.path = StoreUrl(url)
         self.url = url
         self.model_id = model_id
         self.dimension = dimension
@@ -152,17 +154,12 @@ class PgStore(Store):
         self._write_lock = asyncio.Lock()
         self._timeout_ms = query_timeout_ms
         self._commits = 0
-        self.vectors = None  # type: ignore[assignment]
         self._init_model_switch()
 
     @property
     def generation(self) -> int:
         """Moves on every commit of this store and every `GENERATION_PERIOD_S` seconds."""
         return self._commits + int(time.monotonic() // GENERATION_PERIOD_S)
-
-    @generation.setter
-    def generation(self, value: int) -> None:
-        self._commits = value
 
     @classmethod
     async def open_url(
@@ -273,9 +270,7 @@ class PgStore(Store):
         self, fn: Callable[[PgConn], Awaitable[T]], *, counters_only: bool = False
     ) -> T:
         """`write`, with `fn` given the connection handle itself (migration from SQLite)."""
-        task = asyncio.ensure_future(self._pg_transaction(fn, not counters_only))
-        task.add_done_callback(_observe)
-        return await asyncio.shield(task)
+        return await shielded(self._pg_transaction(fn, not counters_only))
 
     async def _pg_transaction(self, fn: Callable[[PgConn], Awaitable[T]], bump: bool) -> T:
         async with self._write_lock, self._pool.connection() as conn:
@@ -284,3 +279,10 @@ class PgStore(Store):
             if bump:
                 self._commits += 1
             return result
+
+    async def check_vector_index(self) -> tuple[int, int] | None:
+        """None: there is no in-memory vector index to check (pgvector's lives in the database)."""
+        return None
+
+    async def check_files(self) -> None:
+        """Nothing to check: the server owns the database files."""

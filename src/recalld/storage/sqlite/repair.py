@@ -1,4 +1,4 @@
-"""`check --repair`: restore the invariants `storage.check` verifies, losing no user data.
+"""`check --repair`: restore the invariants `storage.sqlite.check` verifies, losing no user data.
 
 What each broken invariant gets (issue 6):
 
@@ -33,20 +33,16 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import aiosqlite
 import numpy as np
 import numpy.typing as npt
 
-from recalld.errors import EmbeddingError, RecalldError
-from recalld.storage import check
-from recalld.storage.backend import is_url
+from recalld.errors import EmbeddingError
 from recalld.storage.sqlite import reindex, values, vectors, writer
-from recalld.storage.sqlite.connection import UNREADABLE, damaged_error, is_damaged
+from recalld.storage.sqlite.store import SqliteStore
 from recalld.storage.sqlite.vectors import VectorIndex
-from recalld.storage.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -188,7 +184,7 @@ async def _structural(
         report.did("reindexed", 1, "SQLite indexes rebuilt (REINDEX)")
 
 
-async def _missing_vectors(store: Store, after: int) -> list[Any]:
+async def _missing_vectors(store: SqliteStore, after: int) -> list[Any]:
     async def query(conn: aiosqlite.Connection) -> list[Any]:
         return await _rows(
             conn,
@@ -200,7 +196,7 @@ async def _missing_vectors(store: Store, after: int) -> list[Any]:
     return await store.read_conn(query)
 
 
-async def _reembed(store: Store, embed: Embed, report: RepairReport) -> None:
+async def _reembed(store: SqliteStore, embed: Embed, report: RepairReport) -> None:
     """Embed chunks that lost their vector, one batch per transaction."""
     total = 0
     after = -1
@@ -284,7 +280,7 @@ async def _finish(
     report.did("partial_to_reingest", len(report.reingest), "file documents to ingest again")
 
 
-async def repair_store(store: Store, embed: Embed | None, failed: set[str]) -> RepairReport:
+async def repair_store(store: SqliteStore, embed: Embed | None, failed: set[str]) -> RepairReport:
     """Restore the invariants behind the `failed` check names (see `check.failed`).
 
     Args:
@@ -332,88 +328,3 @@ async def repair_store(store: Store, embed: Embed | None, failed: set[str]) -> R
             )
     await store.write_conn(lambda c: _finish(c, store.vectors, store.dimension, failed, report))
     return report
-
-
-async def check_and_repair(
-    store: Store,
-    embed: Embed | None,
-    ingest: Callable[[Path], Awaitable[object]],
-    forget: Callable[[str], Awaitable[object]],
-) -> dict[str, Any]:
-    """Check the store, repair what failed, re-ingest partial files, and check again.
-
-    Args:
-        store: The open store.
-        embed: Embeds texts with the store's model (see `repair_store`).
-        ingest: Ingests one file again (a partial document's).
-        forget: Removes a document by source (a partial document whose file is gone).
-
-    Returns:
-        The `check_store` report made after the repair, with `repair`: what was done
-        (`actions`, `reingest`, `unrepaired`) and `before`: `{"ok", "failed"}`.
-    """
-    try:
-        return await _check_and_repair(store, embed, ingest, forget)
-    except UNREADABLE as exc:
-        if not is_damaged(exc):
-            raise
-        # A page that cannot be read, met halfway: only a rebuild, with the store closed, mends
-        # that (`storage.sqlite.salvage`, run by `check --offline --repair`).
-        raise damaged_error(store.path, exc) from exc
-
-
-async def _check_and_repair(
-    store: Store,
-    embed: Embed | None,
-    ingest: Callable[[Path], Awaitable[object]],
-    forget: Callable[[str], Awaitable[object]],
-) -> dict[str, Any]:
-    before = await asyncio.to_thread(check.check_store, store.path)
-    problems = check.failed(before)
-    done = RepairReport()
-    postgres = is_url(store.path)
-    if problems and postgres:
-        # The repairs below are SQLite's (FTS5 rebuild, vec0 rows); PostgreSQL's constraints
-        # prevent most of these problems, and what remains is reported, not guessed at, except
-        # unusable staged vectors of a reindex, which are dropped as on SQLite.
-        if "reindex" in problems:
-            dropped = await store.write(lambda r: r.drop_stray_vectors())
-            done.did("reindex_rows_dropped", dropped, "bad staged vectors")
-        done.unrepaired += [
-            {"name": name, "detail": "repair on PostgreSQL is not built yet"}
-            for name in sorted(problems - {"reindex"})
-        ]
-    elif "store" in problems:
-        done.unrepaired.append({"name": "store", "detail": _damaged_detail(before)})
-        problems = set()  # nothing here can mend the file itself
-    elif problems:
-        done = await repair_store(store, embed, problems)
-    for source in done.reingest:
-        path = Path(source)
-        try:
-            if await asyncio.to_thread(path.is_file):
-                await ingest(path)
-            else:
-                await forget(source)  # the file is gone: so is its document
-        except RecalldError as exc:
-            done.unrepaired.append({"name": "partial_documents", "detail": exc.message})
-    repaired = problems and (not postgres or "reindex" in problems)
-    after = await asyncio.to_thread(check.check_store, store.path) if repaired else before
-    if "integrity_check" in check.failed(after):
-        done.unrepaired.append(
-            {
-                "name": "integrity_check",
-                "detail": "SQLite still finds the file damaged after REINDEX; stop recalld and "
-                "run `recalld check --offline --repair`, which rebuilds the store from what can "
-                "be read (the damaged file is kept beside it)",
-            }
-        )
-    return {
-        **after,
-        "repair": {**done.as_dict(), "before": {"ok": before["ok"], "failed": sorted(problems)}},
-    }
-
-
-def _damaged_detail(report: dict[str, Any]) -> str:
-    detail = next(c["detail"] for c in report["checks"] if c["name"] == "store")
-    return str(detail)

@@ -8,7 +8,6 @@ the offline CLI iterates it directly.
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 from collections.abc import Generator, Iterator
@@ -17,7 +16,6 @@ from typing import Any
 
 from recalld.errors import SchemaTooNewError, StoreError
 from recalld.storage import portable
-from recalld.storage.backend import is_url
 from recalld.storage.sqlite import values
 from recalld.storage.sqlite.connection import UNREADABLE, DatabaseError, connect
 from recalld.storage.sqlite.schema import SCHEMA_VERSION, schema_version
@@ -27,25 +25,13 @@ logger = logging.getLogger(__name__)
 _FETCH = 500
 
 
-def _dumps(message: dict[str, Any]) -> str:
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-def _row(table: portable.Table, row: Any) -> dict[str, Any]:
-    return {c: portable.encode_value(row[i]) for i, c in enumerate(table.columns)}
-
-
-def _select(table: portable.Table, alias: str) -> str:
-    return ", ".join(f'{alias}."{c}"' for c in table.columns)
-
-
 def export_lines(
     path: Path | str, *, vectors: bool, recalld_version: str
 ) -> Generator[str, None, None]:
     """The store at `path` as export lines (without newlines): header, rows, footer.
 
     Args:
-        path: The store file, or a PostgreSQL store's URL (`storage.pg.exporter`).
+        path: The store file.
         vectors: Include each chunk's vector (base64 float32).
         recalld_version: Stamped in the header.
 
@@ -53,13 +39,6 @@ def export_lines(
         StoreError: No store at `path`, or it cannot be read.
         SchemaTooNewError: The store comes from a newer recalld.
     """
-    if is_url(path):
-        from recalld.storage.pg.exporter import export_lines as export_postgres
-
-        yield from export_postgres(
-            getattr(path, "url", str(path)), vectors=vectors, recalld_version=recalld_version
-        )
-        return
     path = Path(path)
     if not path.exists():
         raise StoreError(
@@ -88,20 +67,21 @@ def _lines(conn: sqlite3.Connection, vectors: bool, recalld_version: str) -> Ite
     meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
     tables = portable.discover(conn)
     by_name = {t.name: t for t in tables}
-    yield _dumps(portable.header(recalld_version, version, meta, vectors, tables))
+    yield portable.dumps(portable.header(recalld_version, version, meta, vectors, tables))
     counts = {t.name: 0 for t in tables}
     unreadable: list[dict[str, Any]] = []
     yield from _documents(conn, by_name, vectors, counts, unreadable)
     for table in tables:
         if table.name in (portable.DOCUMENTS, portable.CHUNKS):
             continue
-        select = f'SELECT {_select(table, "t")}, t.rowid FROM "{table.name}" t ORDER BY t.rowid'
+        columns = portable.select_list(table, "t")
+        select = f'SELECT {columns}, t.rowid FROM "{table.name}" t ORDER BY t.rowid'
         for row in _fetch(conn, select, (), table.name, unreadable):
             why = values.row_problem(table.name, table.columns, row)
             if why is not None:
                 unreadable.append(_skipped(table.name, row[len(table.columns)], None, why))
                 continue
-            yield _dumps({"type": table.name, "row": _row(table, row)})
+            yield portable.dumps({"type": table.name, "row": portable.row_dict(table, row)})
             counts[table.name] += 1
     partial = "SELECT count(*) FROM documents WHERE state != 'complete'"
     skipped = next(_fetch(conn, partial, (), portable.DOCUMENTS, unreadable), (0,))
@@ -112,7 +92,7 @@ def _lines(conn: sqlite3.Connection, vectors: bool, recalld_version: str) -> Ite
             "`recalld check --repair` resets them",
             len(unreadable),
         )
-    yield _dumps(
+    yield portable.dumps(
         {
             "type": portable.FOOTER,
             "counts": counts,
@@ -168,13 +148,13 @@ def _documents(
     # Partial documents are half-written by a crash; `check --repair` completes them. The id
     # comes last too, so `_fetch` can say where a damaged page stopped it.
     doc_sql = (
-        f"SELECT {_select(docs, 'd')}, d.id FROM documents d WHERE d.state = 'complete' "
-        "ORDER BY d.id"
+        f"SELECT {portable.select_list(docs, 'd')}, d.id FROM documents d "
+        "WHERE d.state = 'complete' ORDER BY d.id"
     )
     vector_sql = ", f.embedding" if vectors else ""
     vector_join = "LEFT JOIN vector_floats f ON f.chunk_id = c.id" if vectors else ""
     chunk_sql = (
-        f"SELECT {_select(chunks, 'c')}{vector_sql} FROM chunks c {vector_join} "
+        f"SELECT {portable.select_list(chunks, 'c')}{vector_sql} FROM chunks c {vector_join} "
         "WHERE c.document_id = ? ORDER BY c.position, c.id"
     )
     id_index = docs.columns.index("id")
@@ -185,7 +165,7 @@ def _documents(
         lines = (
             []
             if why is not None
-            else [_dumps({"type": portable.DOCUMENTS, "row": _row(docs, doc)})]
+            else [portable.dumps({"type": portable.DOCUMENTS, "row": portable.row_dict(docs, doc)})]
         )
         try:
             for row in conn.execute(chunk_sql, (doc[id_index],)) if why is None else ():
@@ -193,10 +173,13 @@ def _documents(
                 if why is not None:
                     why = f"chunk {row[chunk_id]}: {why}"
                     break
-                line: dict[str, Any] = {"type": portable.CHUNKS, "row": _row(chunks, row)}
+                line: dict[str, Any] = {
+                    "type": portable.CHUNKS,
+                    "row": portable.row_dict(chunks, row),
+                }
                 if vectors and row[len(chunks.columns)] is not None:
                     line["vector"] = portable.encode_vector(bytes(row[len(chunks.columns)]))
-                lines.append(_dumps(line))
+                lines.append(portable.dumps(line))
         except UNREADABLE as exc:
             why = f"its chunks cannot be read ({exc})"
         if why is not None:

@@ -23,8 +23,8 @@ from recalld.errors import StoreError
 from recalld.storage.pg.handle import PgConn
 from recalld.storage.pg.store import PgStore
 from recalld.storage.records import SPEC_KEY
+from recalld.storage.registry import open_store
 from recalld.storage.sqlite.connection import connect
-from recalld.storage.store import Store
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ async def migrate(
             raise StoreError(f"{source} has no embedding model stamped; nothing to migrate")
         model_id, dimension = str(meta["model_id"]), int(meta["dimension"])
         expected = await asyncio.to_thread(_sqlite_counts, lite)
-        store = await Store.open(
+        store = await open_store(
             url,
             model_id=model_id,
             dimension=dimension,

@@ -1,6 +1,6 @@
 """The store: one SQLite file, one writer connection, a pool of reader connections.
 
-`Store.open` migrates the file, checks that it was embedded by the model in use, and opens the
+`SqliteStore.open` migrates the file, checks that it was embedded by the model in use, and opens the
 connections through aiosqlite (each with its own thread, so SQLite never blocks the event
 loop). Writes are serialised by one lock around the writer connection and each runs in a
 single `BEGIN IMMEDIATE` transaction (datasette's write model); reads take a connection from
@@ -16,15 +16,14 @@ import sqlite3
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import aiosqlite
 
 from recalld.errors import QueryError, StoreError, StoreGoneError
-from recalld.extras import require
 from recalld.storage import records
-from recalld.storage.backend import is_url
 from recalld.storage.contract import Reader, Writer
+from recalld.storage.model_switch import ModelSwitch, shielded
 from recalld.storage.records import model_mismatch
 from recalld.storage.sqlite import schema, vectors
 from recalld.storage.sqlite.access import SqliteReader, SqliteWriter
@@ -80,10 +79,6 @@ def _record_spec(conn: sqlite3.Connection, spec: str | None) -> None:
 def stored_meta(path: Path | str) -> dict[str, str] | None:
     """The `meta` table of the store at `path` (model, dimension, spec, reindex state), or
     None when there is no store yet. Blocking; run in a thread."""
-    if is_url(path):
-        from recalld.storage.pg.store import stored_meta as stored_meta_url
-
-        return stored_meta_url(getattr(path, "url", str(path)))
     path = Path(path)
     if not path.exists():
         return None
@@ -99,35 +94,21 @@ def stored_meta(path: Path | str) -> dict[str, str] | None:
         conn.close()
 
 
-def stored_model(path: Path | str) -> tuple[str | None, str, int] | None:
-    """`(spec, model_id, dimension)` recorded in the store at `path`, or None (no store or
-    no model stamped yet). Blocking; run in a thread."""
-    meta = stored_meta(path)
-    if meta is None or "model_id" not in meta or "dimension" not in meta:
-        return None
-    return meta.get(records.SPEC_KEY), meta["model_id"], int(meta["dimension"])
-
-
 async def _open_connection(path: Path, *, readonly: bool) -> aiosqlite.Connection:
     # aiosqlite's own connect() would use the stdlib module, which may not load extensions.
     conn = aiosqlite.Connection(lambda: connect(path, readonly=readonly), 64)
     return await conn
 
 
-def _observe(task: asyncio.Future[Any]) -> None:
-    # A write whose caller was cancelled has no one to read its error: log it instead.
-    if not task.cancelled() and task.exception() is not None:
-        logger.debug("a write finished after its caller was cancelled: %r", task.exception())
-
-
-class Store:
-    """The async store. Open with `await Store.open(...)`; close with `await store.close()`.
+class SqliteStore(ModelSwitch):
+    """The SQLite store (`contract.Store`). Open with `await SqliteStore.open(...)` (or
+    `registry.open_store`); close with `await store.close()`.
 
     Attributes:
         path: The SQLite file.
         model_id: The embedding model the store's vectors come from.
         dimension: Their length.
-        backend: "sqlite" here, "postgresql" for `storage.pg.store.PgStore`.
+        backend: "sqlite" (`storage.pg.store.PgStore` is the PostgreSQL peer).
         schema_version: The newest schema of this backend (each has its own migrations),
             which every open store is migrated to.
     """
@@ -163,13 +144,10 @@ class Store:
         self._deadlines: dict[int, float] = {}
         # Bumped on every commit, so readers' caches (IDF) know when to refresh.
         self.generation = 0
-        # The vector cascade's in-memory mirror; the readers and the writer find it by
-        # connection, and write() applies the writer's staged changes after each COMMIT.
+        # The vector cascade's in-memory mirror: readers search it, the writer stages its
+        # changes on it, and write() applies them after each COMMIT.
         self.vectors = vectors.VectorIndex(dimension, self._write_lock)
         self.vectors.on_foreign = self._foreign_write
-        # A reindex swaps the model (storage/sqlite/reindex.py): `model_version` counts the swaps
-        # and `switching` is set from just before the swap's COMMIT until the process has
-        # switched its embedder, so a search or ingest that overlapped it knows to start again.
         self._init_model_switch()
 
     @classmethod
@@ -184,33 +162,18 @@ class Store:
         model_spec: str | None = None,
         isolate_users: bool = False,
         vector_index: str = "hnsw",
-    ) -> Store:
+    ) -> SqliteStore:
         """Open (creating or migrating) the store at `path`.
 
         `model_spec` (as `embed.model` names the model) is recorded with a new store, so a
-        daemon whose config names no model can find it again (`stored_model`).
-        A `postgresql://` URL opens the PostgreSQL store (`storage.pg.store.PgStore`), which
-        has this interface; `isolate_users` and `vector_index` apply to it alone.
+        daemon whose config names no model can find it again (`registry.stored_model`).
+        `isolate_users` and `vector_index` are PostgreSQL's; they do not apply here.
 
         Raises:
             SchemaTooNewError: The file comes from a newer recalld.
             ModelMismatchError: The file was embedded with another model.
             StoreError: The file cannot be opened as a store.
         """
-        if is_url(path):
-            require(("psycopg", "psycopg_pool"), "postgres", "a PostgreSQL store (store.path)")
-            from recalld.storage.pg.store import PgStore  # psycopg is an optional dependency
-
-            return await PgStore.open_url(
-                str(path),
-                model_id=model_id,
-                dimension=dimension,
-                readers=readers,
-                query_timeout_ms=query_timeout_ms,
-                isolate_users=isolate_users,
-                vector_index=vector_index,
-                model_spec=model_spec,
-            )
         path = Path(path)
         await asyncio.to_thread(_prepare, path, model_id, dimension, model_spec)
         writer = await _open_connection(path, readonly=False)
@@ -221,34 +184,6 @@ class Store:
             await reader.set_progress_handler(store._make_timeout(id(reader)), 1000)
         logger.info("opened store %s (model %s, %d readers)", path, model_id, len(pool))
         return store
-
-    def begin_switch(self) -> None:
-        """Mark the model as changing (called inside the swap transaction, before COMMIT)."""
-        self.switching = True
-        self._switched.clear()
-
-    def end_switch(self, model_id: str | None = None, dimension: int | None = None) -> None:
-        """The swap committed (`model_id` and `dimension` given) or was abandoned (None)."""
-        if model_id is not None and dimension is not None:
-            self.model_id, self.dimension = model_id, dimension
-            self.model_version += 1
-        self.switching = False
-        self._switched.set()
-
-    def _init_model_switch(self) -> None:
-        self.model_version = 0
-        self.switching = False
-        self._switched = asyncio.Event()
-        self._switched.set()
-
-    def model_changed(self, since: int) -> bool:
-        """Whether the model changed, or is changing, since `model_version` was `since`."""
-        return self.switching or self.model_version != since
-
-    async def model_settled(self) -> int:
-        """Wait for a swap in progress to finish; returns the current `model_version`."""
-        await self._switched.wait()
-        return self.model_version
 
     def _make_timeout(self, key: int) -> Callable[[], int]:
         # datasette's sqlite_timelimit: SQLite calls this every N VM steps; non-zero aborts.
@@ -319,9 +254,7 @@ class Store:
         self, fn: Callable[[aiosqlite.Connection], Awaitable[T]], *, counters_only: bool = False
     ) -> T:
         """`write`, with `fn` given the writer connection itself (SQLite's own repairs)."""
-        task = asyncio.ensure_future(self._transaction(fn, not counters_only))
-        task.add_done_callback(_observe)
-        return await asyncio.shield(task)
+        return await shielded(self._transaction(fn, not counters_only))
 
     async def _transaction(
         self, fn: Callable[[aiosqlite.Connection], Awaitable[T]], bump: bool = True
