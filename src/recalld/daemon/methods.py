@@ -293,6 +293,10 @@ async def status(ctx: Context, params: Params, progress: Progress) -> Any:
     params.done()
     memory = ctx.memory
     counts = await memory.counts()
+    redacted = await memory.store.read(lambda r: r.redacted_chunks())
+    skipped = await memory.store.read(lambda r: r.skipped_files())
+    # No await from here on: the answer is one moment's state. A reindex that switched models
+    # during an await above would otherwise show the old model beside `last_reindex`.
     depths = ctx.scheduler.depths()
     settings = ctx.loaded.settings
     return {
@@ -316,8 +320,8 @@ async def status(ctx: Context, params: Params, progress: Progress) -> Any:
         "queues": depths,
         "pending": sum(depths.values()),
         "errors": counts.get("errors", 0),
-        "redacted_chunks": await memory.store.read(lambda r: r.redacted_chunks()),
-        "skipped": await memory.store.read(lambda r: r.skipped_files()),
+        "redacted_chunks": redacted,
+        "skipped": skipped,
         "ingested": ctx.scheduler.totals.as_dict(),
         "reindex": memory.reindexer.status(),
         "last_reindex": memory.reindexer.last,
