@@ -331,10 +331,12 @@ class Reindexer:
                 matrix = await asyncio.to_thread(embedder.embed, [t for _, t in late])
                 await conn.stage_vectors(ids, matrix, state.model_id)
                 self._embedded += len(ids)
-            count = await conn.swap_model(state)
-            # From here until `end_switch` a search that overlapped the commit starts again.
+            # From here until `end_switch` searches wait for the new model, and one that
+            # overlapped starts again. Before the swap, not after it: on PostgreSQL the swap
+            # locks the vector table until COMMIT, and a search queued on that lock would use
+            # up its statement_timeout there and fail rather than start again.
             self.store.begin_switch()
-            return count
+            return await conn.swap_model(state)
 
         try:
             count = await self.store.write(final)

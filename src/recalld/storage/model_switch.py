@@ -15,8 +15,9 @@ T = TypeVar("T")
 
 class ModelSwitch:
     """A reindex swaps the model (`Writer.swap_model`): `model_version` counts the swaps and
-    `switching` is set from just before the swap's COMMIT until the process has switched its
-    embedder, so a search or ingest that overlapped it knows to start again."""
+    `switching` is set from just before the swap's statements (inside its transaction) until
+    the process has switched its embedder, so a search or ingest that overlapped it knows to
+    start again and a new one waits."""
 
     model_id: str
     dimension: int
