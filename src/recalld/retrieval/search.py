@@ -123,7 +123,10 @@ class Searcher:
         if cached is not None:
             self._query_cache.move_to_end(text)
             return cached
-        vector: npt.NDArray[np.float32] = (await asyncio.to_thread(self.embedder.embed, [text]))[0]
+        embedder = self.embedder
+        vector: npt.NDArray[np.float32] = (await asyncio.to_thread(embedder.embed, [text]))[0]
+        if embedder is not self.embedder:
+            return vector  # a reindex switched models meanwhile: the cache holds the new one's
         self._query_cache[text] = vector
         if len(self._query_cache) > self._query_cache_size:
             self._query_cache.popitem(last=False)
