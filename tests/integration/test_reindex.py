@@ -125,10 +125,6 @@ def wait_until(daemon: Daemon, predicate: Callable[[dict[str, Any]], bool], time
     raise AssertionError(f"not reached: {status}\n" + daemon.log.read_text()[-3000:])
 
 
-# Known race: about one full-suite run in three, after the resumed reindex ends, `status` still
-# names the old model, or a search waits past the timeout (seen on both backends this stop).
-# Not strict, so it still runs and reports; remove the mark with the fix.
-@pytest.mark.xfail(reason="race after a resumed reindex switches models", strict=False)
 def test_reindex_killed_half_way_resumes_with_searches_answered_throughout(
     make_daemon: Callable[..., Daemon], store_env: dict[str, str]
 ) -> None:
