@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from recalld.api import AsyncMemory
+from recalld.api import AsyncMemory, calibrate
 from recalld.config import load_settings
 from recalld.embeddings.base import HashEmbedder
 from recalld.errors import ModelMismatchError, ReindexError
@@ -160,5 +160,20 @@ async def test_auto_links_of_vectors_from_a_model_switched_out_are_left_to_the_r
         current = HashEmbedder(64).embed([text(0)])[0]
         [links] = await memory.ingestor.linker.links_for([draft], [current], None)
         assert [relation for relation, _, _ in links] == ["similar"]
+    finally:
+        await memory.close()
+
+
+async def test_a_query_embedded_while_the_model_switches_is_not_cached_for_the_new_one(
+    tmp_path: Path,
+) -> None:
+    memory = await AsyncMemory.open(settings(tmp_path, "hash:64", {}))
+    try:
+        searcher, new = memory.searcher, HashEmbedder(32)
+        embedding = asyncio.create_task(searcher.embed_query("lynx habitat"))
+        await asyncio.sleep(0)  # the old model embeds the query in a worker thread
+        searcher.use_model(new, await calibrate(new))  # as the reindex's switch does
+        assert len(await embedding) == 64
+        assert len(await searcher.embed_query("lynx habitat")) == 32
     finally:
         await memory.close()
