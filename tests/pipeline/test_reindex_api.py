@@ -8,6 +8,7 @@ import asyncio
 import random
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from recalld.api import AsyncMemory, calibrate
@@ -175,5 +176,38 @@ async def test_a_query_embedded_while_the_model_switches_is_not_cached_for_the_n
         searcher.use_model(new, await calibrate(new))  # as the reindex's switch does
         assert len(await embedding) == 64
         assert len(await searcher.embed_query("lynx habitat")) == 32
+    finally:
+        await memory.close()
+
+
+async def test_a_search_waits_for_a_swap_held_up_on_the_vector_table_lock(
+    tmp_path: Path, pg_url: str
+) -> None:
+    """PostgreSQL: the swap locks `chunks_vec` until COMMIT. Held up there (here by another
+    session reading the table, as a `pg_dump` would), a search must wait for the new model, not
+    queue on the lock until its query time limit stops it."""
+    env = {
+        "RECALLD_STORE__PATH": pg_url,
+        "RECALLD_STORE__VECTOR_INDEX": VECTOR_INDEX,
+        "RECALLD_STORE__QUERY_TIMEOUT_MS": "500",
+    }
+    memory = await AsyncMemory.open(settings(tmp_path, "hash:64", env))
+    try:
+        await fill(memory, 20)
+        query = " ".join(text(7).split()[:7])
+        async with await psycopg.AsyncConnection.connect(pg_url) as reader:
+            await reader.execute("LOCK TABLE chunks_vec IN ACCESS SHARE MODE")
+            await memory.reindexer.start("hash:32")
+            for _ in range(3000):  # until the job reaches its swap (30 s at most)
+                if (memory.reindexer.status() or {}).get("state") == "switching":
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.5)  # the swap reaches the lock
+            search = asyncio.create_task(memory.search(query, mode="vector", limit=3))
+            await asyncio.sleep(1.5)  # three times the query time limit
+            await reader.rollback()
+        found = await search
+        assert memory.embedder.model_id == "hash-32"
+        assert found.hits[0].chunk.text == text(7)
     finally:
         await memory.close()
