@@ -1,11 +1,16 @@
-"""Files still being written when they are read (issue 13's flaky bad-input test): a file is
-either stored with its content or recorded as an error, never both."""
+"""Files still being written when they are read (issue 13's flaky bad-input test): a file whose
+content is refused is an error, not also its earlier version; one that cannot be read for a while
+keeps its last good version."""
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from subprocess import PIPE
 
 import pytest
 
@@ -73,3 +78,49 @@ async def test_a_file_read_empty_then_grown_past_the_limit_is_only_an_error(
     assert "over the 1 MiB limit" in errors[0]["message"]
     # The empty version read while it was being written is not left behind.
     assert await memory.store.read(lambda c: c.document_by_source(str(huge))) is None
+
+
+# A second process takes a write lease: every other open of the file would wait for it.
+LEASE_HOLDER = """
+import fcntl, os, signal, sys, time
+signal.signal(signal.SIGIO, signal.SIG_IGN)
+fd = os.open(sys.argv[1], os.O_WRONLY)
+fcntl.fcntl(fd, fcntl.F_SETLEASE, fcntl.F_WRLCK)
+print("leased", flush=True)
+time.sleep(60)
+"""
+
+
+@contextmanager
+def held(path: Path) -> Iterator[None]:
+    holder = subprocess.Popen([sys.executable, "-c", LEASE_HOLDER, str(path)], stdout=PIPE)
+    assert holder.stdout is not None
+    try:
+        assert holder.stdout.readline() == b"leased\n"
+        yield
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+
+
+async def test_a_file_that_cannot_be_read_for_a_while_keeps_its_last_good_version(
+    memory: AsyncMemory, tmp_path: Path
+) -> None:
+    folder = tmp_path / "inbox"
+    folder.mkdir()
+    note = folder / "note.md"
+    note.write_text("The walrus colony moved north in spring.\n")
+    scheduler = Scheduler(memory.ingestor, PathFilter())
+    scheduler.sources = (WatchedSource(folder, "auto", "config"),)
+    assert (await scheduler.process([Job(note)])).ingested == 1
+
+    os.utime(note, (1, 1))  # seen as changed, then held by another program when read
+    with held(note):
+        report = await scheduler.process([Job(note)])
+    assert report.failed == 1
+    errors = await memory.store.read(lambda r: r.errors())
+    assert [e["source"] for e in errors] == [str(note)]
+    assert "held by another program" in errors[0]["message"]
+    # A read that failed says nothing about the content: the last good version stays.
+    assert await memory.store.read(lambda r: r.document_by_source(str(note)))

@@ -250,14 +250,14 @@ class Ingestor:
             )
         except TimeoutError:
             error = read_timeout_error(path, self.read_timeout_s)
-            await self._record_error(source, error)
+            await self._record_error(source, error, keep_stored=True)
             raise error from None
         except OSError as exc:
             error = IngestError(
                 f"cannot read {path}: {exc.strerror or exc}",
                 data={"path": str(path), "reason": exc.strerror or str(exc)},
             )
-            await self._record_error(source, error)
+            await self._record_error(source, error, keep_stored=True)
             raise error from exc
         return await self.ingest_bytes(
             source, path.name, data, mtime=mtime, size=size, redact=redact
@@ -588,10 +588,13 @@ class Ingestor:
         """Remove a document or memory. Returns whether it existed."""
         return await self.store.write(lambda c: c.delete_document(source))
 
-    async def _record_error(self, source: str, error: RecalldError) -> None:
+    async def _record_error(
+        self, source: str, error: RecalldError, *, keep_stored: bool = False
+    ) -> None:
         logger.warning("cannot ingest %s: %s", source, error.message)
+        kind = type(error).__name__
         await self.store.write(
-            lambda c: replace_error(c, source, type(error).__name__, error.message)
+            lambda c: replace_error(c, source, kind, error.message, keep_stored=keep_stored)
         )
 
 
@@ -608,15 +611,33 @@ def check_memory_type(memory_type: str) -> None:
         )
 
 
-async def replace_error(conn: Writer, source: str, error_type: str, message: str) -> None:
+async def replace_error(
+    conn: Writer, source: str, error_type: str, message: str, *, keep_stored: bool = False
+) -> None:
     """Record why a source failed, in place of its earlier errors: a file that fails at every
     event or scan is listed once, with its latest reason.
 
-    What was stored for an earlier version of the source goes in the same transaction: a
-    source is either stored or an error, never both (a file read empty while it was being
-    created, then refused once it grew past the size limit, used to be both, and search
-    kept answering with content the file no longer had).
+    When the failure is about the file's content (too large, cannot be parsed), what was
+    stored for an earlier version goes in the same transaction: the source is then an error,
+    not both (a file read empty while it was being created, then refused once it grew past
+    the size limit, used to be both, and search kept answering with content the file no
+    longer had). When the file could not be read at all (`keep_stored`: a timeout, a lease,
+    a permission), its last good version stays searchable: nothing is lost to a passing fault.
     """
-    await conn.delete_document(source)
+    if not keep_stored:
+        await conn.delete_document(source)
     await conn.clear_errors(source)
     await conn.record_error(source, error_type, message)
+
+
+def read_failed(error: BaseException | None) -> bool:
+    """True when `error` says a file could not be read (its content is unknown), not that its
+    content was refused: such a failure keeps the file's last good version (`replace_error`)."""
+    if isinstance(error, OSError | TimeoutError):
+        return True
+    reason = error.data.get("reason") if isinstance(error, RecalldError) else None
+    return reason in READ_FAILURES
+
+
+# The `reason`s of the errors for files whose read failed rather than whose content was refused.
+READ_FAILURES = frozenset({"read timed out", "held by another program"})

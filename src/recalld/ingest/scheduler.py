@@ -50,6 +50,7 @@ from recalld.ingest.pipeline import (
     busy_file_error,
     content_hash,
     read_capped,
+    read_failed,
     read_timeout_error,
     replace_error,
     too_large_error,
@@ -847,4 +848,8 @@ class Scheduler:
         report.failed += 1
         if len(report.errors) < MAX_REPORTED_ERRORS:
             report.errors.append({"path": source, "type": kind, "message": message})
-        await self.ingestor.store.write(lambda c: replace_error(c, source, kind, message))
+        # An unexpected failure (exc None) or a failed read keeps the last good version.
+        keep = exc is None or read_failed(exc)
+        await self.ingestor.store.write(
+            lambda c: replace_error(c, source, kind, message, keep_stored=keep)
+        )
