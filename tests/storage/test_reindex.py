@@ -14,7 +14,7 @@ from recalld.embeddings.base import HashEmbedder
 from recalld.errors import ReindexError
 from recalld.storage import checks, records, registry, repair
 from recalld.storage.contract import Store
-from recalld.storage.registry import is_url, open_store, stored_model
+from recalld.storage.registry import open_store, stored_model
 from recalld.storage.sqlite import schema
 from recalld.storage.sqlite.connection import connect
 from recalld.types import ChunkDraft, Filters
@@ -52,7 +52,7 @@ async def test_stage_swap_and_the_cascade_tables(store: Store) -> None:
     count = await store.write(lambda c: c.swap_model(state))
     assert count == 20
     store.end_switch(state.model_id, state.dimension)
-    postgres = is_url(store.path)
+    postgres = store.backend == "postgresql"
     assert store.model_version == 1 and store.dimension == 32
     if not postgres:
         assert store.vectors.dimension == 32
@@ -100,7 +100,7 @@ async def test_check_reports_a_reindex_and_repair_drops_only_bad_rows(store: Sto
     # A vector of the wrong size (e.g. written by a bug or another model): flagged, repaired.
     # (PostgreSQL stages `halfvec` values, SQLite float32 blobs.)
     zeros = np.zeros(64, dtype=np.float32)
-    bad = zeros if is_url(store.path) else zeros.tobytes()
+    bad = zeros if store.backend == "postgresql" else zeros.tobytes()
     await store.write(
         lambda c: c.execute(
             "UPDATE reindex_vectors SET embedding = ? WHERE chunk_id = ?", (bad, rows[0][0])

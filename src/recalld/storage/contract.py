@@ -24,9 +24,13 @@ import numpy.typing as npt
 from recalld.errors import StoreGoneError
 from recalld.storage import portable
 from recalld.storage.records import Link, MemoryEdit, NewChunk, NewDocument, ReindexState
+from recalld.storage.repair_report import RepairReport
 from recalld.types import Chunk, Document, Filters
 
 T = TypeVar("T")
+
+# Embeds texts with the store's model into unit float32 vectors (repair and import re-embed).
+Embed = Callable[[Sequence[str]], Awaitable[npt.NDArray[np.float32]]]
 
 
 class Reader(Protocol):
@@ -498,6 +502,20 @@ class Store(Protocol):
 
         Raises:
             StoreGoneError: One was deleted or replaced; every later write is refused too.
+        """
+        ...
+
+    async def repair(self, embed: Embed | None, failed: set[str]) -> RepairReport:
+        """Restore what it can of the invariants behind the `failed` check names (`check
+        --repair`; `storage.repair` checks before and after).
+
+        Args:
+            embed: Embeds texts with the store's model; None: chunks without a vector stay so
+                and are reported.
+            failed: The checks that failed (`checks.failed`).
+
+        Returns:
+            What was done, the file documents to re-ingest, and what could not be repaired.
         """
         ...
 

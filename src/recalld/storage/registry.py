@@ -57,11 +57,6 @@ def backend_for(location: Path | str) -> StoreBackend:
     return _BACKENDS[_scheme(location)]()
 
 
-def is_url(location: object) -> bool:
-    """True when a store location names a database server rather than a file."""
-    return isinstance(location, str) and _scheme(location) != ""
-
-
 async def open_store(
     location: Path | str,
     *,

@@ -1,8 +1,9 @@
 """`check --repair` on any backend: check the store, repair what failed, re-ingest the files
 of partial documents, and check again.
 
-The repairs themselves are each backend's: SQLite's are `storage.sqlite.repair`; on PostgreSQL
-the constraints prevent most of these problems, and what remains is reported.
+The repairs themselves are each backend's (`Store.repair`): SQLite's are
+`storage.sqlite.repair`; on PostgreSQL (`storage.pg.repair`) the constraints prevent most of
+these problems, and what remains is reported.
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ from typing import Any
 
 from recalld.errors import RecalldError
 from recalld.storage import checks, registry
-from recalld.storage.contract import Store
+from recalld.storage.contract import Embed, Store
+from recalld.storage.repair_report import RepairReport
 from recalld.storage.sqlite.connection import UNREADABLE, damaged_error, is_damaged
-from recalld.storage.sqlite.repair import Embed, RepairReport, repair_store
-from recalld.storage.sqlite.store import SqliteStore
 
 
 async def check_and_repair(
@@ -30,7 +30,7 @@ async def check_and_repair(
 
     Args:
         store: The open store.
-        embed: Embeds texts with the store's model (see `repair_store`).
+        embed: Embeds texts with the store's model (see `Store.repair`).
         ingest: Ingests one file again (a partial document's).
         forget: Removes a document by source (a partial document whose file is gone).
 
@@ -57,23 +57,12 @@ async def _check_and_repair(
     before = await asyncio.to_thread(registry.check_store, store.path)
     problems = checks.failed(before)
     done = RepairReport()
-    sqlite = isinstance(store, SqliteStore)
-    if problems and not sqlite:
-        # The repairs below are SQLite's (FTS5 rebuild, vec0 rows); PostgreSQL's constraints
-        # prevent most of these problems, and what remains is reported, not guessed at, except
-        # unusable staged vectors of a reindex, which are dropped as on SQLite.
-        if "reindex" in problems:
-            dropped = await store.write(lambda r: r.drop_stray_vectors())
-            done.did("reindex_rows_dropped", dropped, "bad staged vectors")
-        done.unrepaired += [
-            {"name": name, "detail": "repair on PostgreSQL is not built yet"}
-            for name in sorted(problems - {"reindex"})
-        ]
-    elif "store" in problems:
+    if "store" in problems:
+        # A store the checks could not read (SQLite's damaged file): nothing here mends it.
         done.unrepaired.append({"name": "store", "detail": _damaged_detail(before)})
-        problems = set()  # nothing here can mend the file itself
-    elif problems and isinstance(store, SqliteStore):
-        done = await repair_store(store, embed, problems)
+        problems = set()
+    elif problems:
+        done = await store.repair(embed, problems)
     for source in done.reingest:
         path = Path(source)
         try:
@@ -83,7 +72,7 @@ async def _check_and_repair(
                 await forget(source)  # the file is gone: so is its document
         except RecalldError as exc:
             done.unrepaired.append({"name": "partial_documents", "detail": exc.message})
-    repaired = problems and (sqlite or "reindex" in problems)
+    repaired = problems and done.recheck
     after = await asyncio.to_thread(registry.check_store, store.path) if repaired else before
     if "integrity_check" in checks.failed(after):
         done.unrepaired.append(

@@ -27,7 +27,9 @@ from recalld.storage.model_switch import ModelSwitch, shielded
 from recalld.storage.pg import schema
 from recalld.storage.pg.access import PgReader, PgWriter
 from recalld.storage.pg.handle import PgConn, Writer, register_vector
+from recalld.storage.pg.repair import repair_store
 from recalld.storage.records import SPEC_KEY, model_mismatch
+from recalld.storage.repair_report import RepairReport
 
 logger = logging.getLogger(__name__)
 
@@ -283,6 +285,10 @@ class PgStore(ModelSwitch):
     async def check_vector_index(self) -> tuple[int, int] | None:
         """None: there is no in-memory vector index to check (pgvector's lives in the database)."""
         return None
+
+    async def repair(self, embed: contract.Embed | None, failed: set[str]) -> RepairReport:
+        """See `storage.pg.repair` (nothing is re-embedded: `embed` is not needed)."""
+        return await repair_store(self, failed)
 
     async def check_files(self) -> None:
         """Nothing to check: the server owns the database files."""

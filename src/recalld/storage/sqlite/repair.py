@@ -31,57 +31,28 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import aiosqlite
 import numpy as np
-import numpy.typing as npt
 
 from recalld.errors import EmbeddingError
+from recalld.storage.contract import Embed
+from recalld.storage.repair_report import RepairReport
 from recalld.storage.sqlite import reindex, values, vectors, writer
-from recalld.storage.sqlite.store import SqliteStore
 from recalld.storage.sqlite.vectors import VectorIndex
 
-logger = logging.getLogger(__name__)
+if TYPE_CHECKING:  # the store calls `repair_store` (`SqliteStore.repair`)
+    from recalld.storage.sqlite.store import SqliteStore
 
-Embed = Callable[[Sequence[str]], Awaitable[npt.NDArray[np.float32]]]
+logger = logging.getLogger(__name__)
 
 EMBED_BATCH = 256
 # Memories are stored under this prefix and the hash of their text (`Ingestor.remember`), so a
 # memory that lost its document row gets the same source back and stays deduplicated.
 MEMORY_PREFIX = "memory:"
 _FTS_PROBLEMS = frozenset({"chunks_without_fts", "orphan_fts_rows", "fts_parity", "fts_integrity"})
-
-
-@dataclass
-class RepairReport:
-    """What a repair did.
-
-    Attributes:
-        actions: `{"name", "count", "detail"}` for each kind of fix that changed something.
-        reingest: Sources of `partial` documents backed by files, for the caller to re-ingest.
-        unrepaired: `{"name", "detail"}` for problems repair cannot fix.
-    """
-
-    actions: list[dict[str, Any]] = field(default_factory=list)
-    reingest: list[str] = field(default_factory=list)
-    unrepaired: list[dict[str, str]] = field(default_factory=list)
-
-    def did(self, name: str, count: int, detail: str) -> None:
-        """Record a fix (nothing when `count` is 0)."""
-        if count:
-            logger.info("repair: %s: %d (%s)", name, count, detail)
-            self.actions.append({"name": name, "count": count, "detail": detail})
-
-    def as_dict(self) -> dict[str, Any]:
-        """A JSON-ready copy."""
-        return {
-            "actions": list(self.actions),
-            "reingest": list(self.reingest),
-            "unrepaired": list(self.unrepaired),
-        }
 
 
 async def _rows(conn: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:

@@ -22,9 +22,10 @@ import aiosqlite
 
 from recalld.errors import QueryError, StoreError, StoreGoneError
 from recalld.storage import records
-from recalld.storage.contract import Reader, Writer
+from recalld.storage.contract import Embed, Reader, Writer
 from recalld.storage.model_switch import ModelSwitch, shielded
 from recalld.storage.records import model_mismatch
+from recalld.storage.repair_report import RepairReport
 from recalld.storage.sqlite import schema, vectors
 from recalld.storage.sqlite.access import SqliteReader, SqliteWriter
 from recalld.storage.sqlite.connection import (
@@ -35,6 +36,7 @@ from recalld.storage.sqlite.connection import (
     is_damaged,
 )
 from recalld.storage.sqlite.guard import StoreFiles, disk_full_error, is_disk_full
+from recalld.storage.sqlite.repair import repair_store
 
 logger = logging.getLogger(__name__)
 
@@ -306,6 +308,10 @@ class SqliteStore(ModelSwitch):
         when it is not loaded; one that differs is dropped and reloads on the next search."""
         async with self.reading_conn() as conn:
             return await self.vectors.verify(conn)
+
+    async def repair(self, embed: Embed | None, failed: set[str]) -> RepairReport:
+        """See `storage.sqlite.repair`."""
+        return await repair_store(self, embed, failed)
 
     async def check_files(self) -> None:
         """Check that the store's files are still the ones open (the daemon's watchdog calls
