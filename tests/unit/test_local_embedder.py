@@ -16,7 +16,8 @@ import pytest
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
-from recalld.embeddings.local import DIMENSION, LocalEmbedder, default_model_dir
+from recalld.embeddings.local import DIMENSION, LocalEmbedder, _truncated, default_model_dir
+from recalld.embeddings.token_counts import RecentCounts
 from recalld.errors import EmbeddingError
 
 pytestmark = pytest.mark.model
@@ -259,3 +260,34 @@ def test_idle_threads_sleep_rather_than_spin(int8: LocalEmbedder) -> None:
     assert int8._runtime is not None
     options = int8._runtime.session.get_session_options()
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
+def test_embedding_cuts_long_texts_as_the_tokenizer_does() -> None:
+    tokenizer = Tokenizer.from_file(str(default_model_dir() / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()  # tokenizer.json cuts at 128
+    texts = [*SENTENCES, "memory " * 300 + "zebra"]
+    full = [e.ids for e in tokenizer.encode_batch(texts)]
+    tokenizer.enable_truncation(256)
+    cut = [e.ids for e in tokenizer.encode_batch(texts)]
+    assert [_truncated(ids) for ids in full] == cut
+    assert max(len(ids) for ids in full) > 256
+
+
+def test_counts_kept_from_embedding_equal_fresh_counts(int8: LocalEmbedder) -> None:
+    texts = [*SENTENCES, "", "memory " * 300]
+    fresh = LocalEmbedder(cache_dir=int8.cache_dir)
+    expected = [fresh.count_tokens(text) for text in texts]
+    int8.embed(texts)
+    assert [int8.count_tokens(text) for text in texts] == expected
+    assert expected[-2:] == [0, 300]
+
+
+def test_recent_counts_forget_the_oldest_texts_first() -> None:
+    counts = RecentCounts(max_chars=10)
+    counts.put(["abcd", "efgh"], [1, 2])
+    assert (counts.get("abcd"), counts.get("efgh")) == (1, 2)
+    counts.put(["ijkl"], [3])  # 12 characters: "abcd" goes
+    assert (counts.get("abcd"), counts.get("efgh"), counts.get("ijkl")) == (None, 2, 3)
+    counts.put(["x" * 11], [4])  # larger than the whole memo: not kept
+    assert counts.get("x" * 11) is None

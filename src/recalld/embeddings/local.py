@@ -29,6 +29,7 @@ from tokenizers import Tokenizer
 from recalld import private
 from recalld.embeddings.base import Vectors
 from recalld.embeddings.onnx_graph import BertConfig, build_bert_graph, matmul_node_name
+from recalld.embeddings.token_counts import RecentCounts
 from recalld.errors import EmbeddingError
 
 # Bump whenever onnx_graph.py or the quantisation settings change what the graph computes:
@@ -60,8 +61,7 @@ def default_model_dir() -> Path:
 @dataclass(frozen=True)
 class _Runtime:
     session: Any  # onnxruntime.InferenceSession (untyped)
-    tokenizer: Tokenizer  # truncates at MAX_TOKENS, for embedding
-    counter: Tokenizer  # never truncates, for count_tokens
+    tokenizer: Tokenizer  # never truncates: embed() cuts at MAX_TOKENS itself
 
 
 class LocalEmbedder:
@@ -116,6 +116,7 @@ class LocalEmbedder:
         self.batch_tokens = batch_tokens
         self._lock = threading.Lock()
         self._runtime: _Runtime | None = None
+        self._counts = RecentCounts()
 
     @property
     def graph_path(self) -> Path:
@@ -139,8 +140,12 @@ class LocalEmbedder:
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         rt = self._load()
-        encodings = rt.tokenizer.encode_batch(list(texts))
-        lengths = [len(e.ids) for e in encodings]
+        # One tokenisation serves the model and `count_tokens` (ingest counts every chunk it
+        # embeds): encode in full, remember the counts, then cut to the model's window.
+        full = [e.ids for e in rt.tokenizer.encode_batch(list(texts))]
+        self._counts.put(texts, [len(ids) - 2 for ids in full])  # without [CLS] and [SEP]
+        token_ids = [_truncated(ids) for ids in full]
+        lengths = [len(ids) for ids in token_ids]
         order = sorted(range(len(texts)), key=lengths.__getitem__)
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         start = 0
@@ -157,7 +162,7 @@ class LocalEmbedder:
             ids = np.zeros((len(rows), lengths[rows[-1]]), dtype=np.int64)
             mask = np.zeros_like(ids)
             for i, r in enumerate(rows):
-                ids[i, : lengths[r]] = encodings[r].ids
+                ids[i, : lengths[r]] = token_ids[r]
                 mask[i, : lengths[r]] = 1
             try:
                 (vectors,) = rt.session.run(
@@ -170,15 +175,17 @@ class LocalEmbedder:
 
     def count_tokens(self, text: str) -> int:
         """Count wordpiece tokens in `text`, without [CLS]/[SEP] and without truncation."""
-        return len(self._load().counter.encode(text, add_special_tokens=False).ids)
+        known = self._counts.get(text)
+        if known is not None:
+            return known
+        return len(self._load().tokenizer.encode(text, add_special_tokens=False).ids)
 
     def _load(self) -> _Runtime:
         with self._lock:
             if self._runtime is None:
-                tokenizer, counter = self._read_tokenizer(), self._read_tokenizer()
+                tokenizer = self._read_tokenizer()
                 # tokenizer.json pads every text to a fixed 128 and truncates there.
-                tokenizer.enable_truncation(MAX_TOKENS)
-                counter.no_truncation()
+                tokenizer.no_truncation()
                 built = not self.graph_path.exists()
                 if built:
                     self._build()
@@ -193,7 +200,7 @@ class LocalEmbedder:
                     # A cached file we cannot open (truncated by a full disk, say): rebuild.
                     self._build()
                     session = self._open_session()
-                self._runtime = _Runtime(session, tokenizer, counter)
+                self._runtime = _Runtime(session, tokenizer)
             return self._runtime
 
     def _read_tokenizer(self) -> Tokenizer:
@@ -257,6 +264,14 @@ class LocalEmbedder:
                 tmp.unlink(missing_ok=True)
             message = f"cannot build {self.model_id} in {self.cache_dir}: {exc}"
             raise EmbeddingError(message) from exc
+
+
+def _truncated(ids: list[int]) -> list[int]:
+    """[CLS] text [SEP] cut to MAX_TOKENS as the tokenizer's own truncation cuts it: the text's
+    tail goes, [SEP] stays."""
+    if len(ids) <= MAX_TOKENS:
+        return ids
+    return ids[: MAX_TOKENS - 1] + ids[-1:]
 
 
 def _sha256(path: Path) -> str:
