@@ -3,6 +3,9 @@
     query ─▶ embed (cached) ─▶ vector KNN ─┐
           └▶ escaped terms ─▶ FTS5 BM25 ───┴▶ fusion ─▶ gate ─▶ STAGES ─▶ expand ─▶ pack
 
+Recall, fusion and the gate are `retrieval.recall`; the Searcher holds the settings and the
+caches (query vectors, document frequencies), builds the `Query` and runs the path.
+
 The ranking stages and their order are `retrieval.stages.STAGES`, written there only; a new
 stage is one `pipeline.Stage` subclass and one line in that list. Each stage can be switched
 off per call, and every result says which routes found it, at which ranks, and each stage's
@@ -17,7 +20,6 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,14 +28,14 @@ import numpy.typing as npt
 
 from recalld.config import SearchSettings
 from recalld.embeddings.base import Embedder
-from recalld.errors import EmbeddingError, QueryError, RecalldError
-from recalld.retrieval import completion, fusion, gate, packing, selftune, temporal
+from recalld.errors import QueryError
+from recalld.retrieval import gate, packing, recall, selftune, temporal
 from recalld.retrieval.pipeline import Candidates, Query, run_stages
 from recalld.retrieval.stages import STAGES
 from recalld.retrieval.timeparse import TimeIntent, parse
 from recalld.storage.contract import Store
-from recalld.storage.fts import match_expression, query_terms, quote_term
-from recalld.types import NO_FILTERS, Filters, Hit, SearchResult, Tier
+from recalld.storage.fts import query_terms, quote_term
+from recalld.types import NO_FILTERS, Filters, Hit, SearchResult
 
 logger = logging.getLogger(__name__)
 
@@ -41,39 +43,6 @@ MODES = ("hybrid", "vector", "bm25")
 TIME_MODES = ("boost", "filter")
 FUSIONS = ("score", "rrf")
 WEIGHTINGS = ("coverage", "idf", "fixed")
-
-
-@dataclass(slots=True)
-class Recalled:
-    """What the two routes returned for a query.
-
-    Attributes:
-        vec_hits: Vector route: (chunk id, cosine distance), nearest first.
-        kw_hits: Keyword route: (chunk id, BM25 score), best first.
-        dfs: Each query term's document frequency (keyword route only).
-        total: How many chunks the store holds (for the IDFs).
-        coverage: The IDF-weighted share of the query the best keyword hit contains.
-        degraded: Why the query could not be embedded, if it could not.
-        timings: The routes' `timings_ms` entries.
-    """
-
-    vec_hits: list[tuple[int, float]]
-    kw_hits: list[tuple[int, float]]
-    dfs: list[int]
-    total: int
-    coverage: float
-    degraded: list[str]
-    timings: dict[str, float]
-    similarity: dict[int, float] = field(init=False)
-    bm25: dict[int, float] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.similarity = {cid: 1.0 - dist for cid, dist in self.vec_hits}
-        self.bm25 = dict(self.kw_hits)
-
-    def route_orders(self) -> tuple[list[int], list[int]]:
-        """Each route's chunk ids, best first (for RRF)."""
-        return [c for c, _ in self.vec_hits], [c for c, _ in self.kw_hits]
 
 
 class Searcher:
@@ -111,10 +80,16 @@ class Searcher:
         self.embedder, self.calibration = embedder, calibration
         self._query_cache.clear()  # its vectors belong to the old model
 
-    def _note_embedding_down(self, exc: EmbeddingError) -> None:
+    def _note_embedding(self, asked: Query, recalled: recall.Recalled) -> None:
+        """Log an embedding outage (recall then searched by keywords only, issue 6)."""
+        if not recalled.degraded:
+            if asked.uses_vector:
+                self._embedding_down = False
+            return
         # Once per outage at WARNING; every search in it would otherwise log the same line.
         level = logging.DEBUG if self._embedding_down else logging.WARNING
-        logger.log(level, "cannot embed the query (%s); searching by keywords only", exc.message)
+        message = recalled.degraded[0]
+        logger.log(level, "cannot embed the query (%s); searching by keywords only", message)
         self._embedding_down = True
 
     async def embed_query(self, text: str) -> npt.NDArray[np.float32]:
@@ -172,16 +147,17 @@ class Searcher:
         """
         started = time.perf_counter()
         asked = await self._query(query, limit, filters, overrides)
-        recalled = await self._recall(asked)
-        completed = await self._complete(asked, recalled)
-        found = self._fuse_and_gate(asked, recalled, completed)
+        recalled = await recall.recall(asked, self.store, self.embed_query, self._doc_freqs)
+        self._note_embedding(asked, recalled)
+        completed = await recall.complete(asked, recalled, self.store, self.embed_query)
+        found = recall.fuse_and_gate(asked, recalled, completed, self.calibration, self.store)
         loading = time.perf_counter()
         await found.load()
         found.timings["rank_ms"] = (time.perf_counter() - loading) * 1000
         await run_stages(STAGES, asked, found)
         hits = [
             Hit(chunk=found.chunks[cid], score=found.scores[cid], explain=explain)
-            for cid, explain in self._explain(recalled, completed, found).items()
+            for cid, explain in recall.explain_hits(recalled, completed, found).items()
         ]
         opts = asked.settings
         if opts.expand > 0 and hits:
@@ -250,159 +226,9 @@ class Searcher:
             raise QueryError("limit must be between 1 and 1000")
         return opts, limit
 
-    async def _recall(self, asked: Query) -> Recalled:
-        """Both routes at once, each the best `pool` chunks (and the terms' document
-        frequencies for the keyword weights), then the keyword route's coverage."""
-        opts, pool, filters, terms = asked.settings, asked.pool, asked.recall_filters, asked.terms
-        timings: dict[str, float] = {}
-        degraded: list[str] = []
-
-        async def vector_route() -> list[tuple[int, float]]:
-            t0 = time.perf_counter()
-            try:
-                vector = await self.embed_query(asked.text)
-            except EmbeddingError as exc:
-                if opts.mode == "vector":
-                    raise
-                # The embedding endpoint is down: keywords still answer (issue 6).
-                self._note_embedding_down(exc)
-                degraded.append(exc.message)
-                return []
-            self._embedding_down = False
-            timings["embed_ms"] = (time.perf_counter() - t0) * 1000
-            t1 = time.perf_counter()
-            hits = await self.store.read(lambda c: c.knn(vector, pool, filters))
-            timings["vector_ms"] = (time.perf_counter() - t1) * 1000
-            return hits
-
-        async def keyword_route() -> list[tuple[int, float]]:
-            t0 = time.perf_counter()
-            expr = match_expression(terms)
-            hits = await self.store.read(lambda c: c.fts(expr, pool, filters))
-            timings["bm25_ms"] = (time.perf_counter() - t0) * 1000
-            return hits
-
-        use_vector, use_keyword = asked.uses_vector, asked.uses_keyword
-        try:
-            async with asyncio.TaskGroup() as tg:
-                vec_task = tg.create_task(vector_route()) if use_vector else None
-                kw_task = tg.create_task(keyword_route()) if use_keyword else None
-                df_task = tg.create_task(self._doc_freqs(terms)) if use_keyword else None
-        except* RecalldError as group:
-            # Our own errors keep their class (and so their code on the socket).
-            raise group.exceptions[0] from None
-        vec_hits = vec_task.result() if vec_task else []
-        kw_hits = kw_task.result() if kw_task else []
-        dfs, total = df_task.result() if df_task else ([], 0)
-        coverage = await self._coverage(terms, dfs, total, kw_hits) if kw_hits else 0.0
-        return Recalled(vec_hits, kw_hits, dfs, total, coverage, degraded, timings)
-
-    async def _complete(self, asked: Query, recalled: Recalled) -> completion.Completed | None:
-        """Both routes' scores for every candidate (retrieval/completion.py), when on."""
-        opts = asked.settings
-        if not (opts.complete_scores and opts.mode == "hybrid"):
-            return None
-        if not (recalled.vec_hits or recalled.kw_hits):
-            return None
-        # The vector route cached the query's vector.
-        vector = None if recalled.degraded else await self.embed_query(asked.text)
-        return await completion.complete(
-            self.store,
-            vector,
-            match_expression(asked.terms),
-            recalled.similarity,
-            recalled.bm25,
-        )
-
-    def _fuse_and_gate(
-        self, asked: Query, recalled: Recalled, completed: completion.Completed | None
-    ) -> Candidates:
-        """The fused candidates, best first (none when the gate rejects the query), with the
-        fusion's and the gate's figures in their summary."""
-        opts = asked.settings
-        similarity, bm25 = recalled.similarity, recalled.bm25
-        weights = {"vector": 1.0, "bm25": 1.0}
-        signal = None
-        if opts.mode == "vector":
-            fused = dict(similarity)
-        elif opts.mode == "bm25":
-            fused = dict(bm25)
-        else:
-            route_sim, route_kw = (
-                (completed.similarity, completed.keyword) if completed else (similarity, bm25)
-            )
-            fused, weights, signal = fusion.hybrid(
-                opts,
-                route_sim,
-                route_kw,
-                None if completed else recalled.route_orders(),
-                recalled.coverage,
-                recalled.dfs,
-                recalled.total,
-            )
-        order = sorted(fused, key=lambda c: (-fused[c], c))[: asked.pool]
-
-        # Gate: MemX R1 on the raw route signals, before anything reorders them.
-        best_sim = gate.best_of(list(similarity.values()))
-        keyword_evidence = bool(recalled.kw_hits) and recalled.coverage >= opts.gate_coverage
-        tau = opts.tau or self.calibration.tau
-        calib = dataclasses.replace(self.calibration, tau=tau)
-        use_vector = asked.uses_vector
-        rejected = opts.gate and use_vector and gate.should_reject(keyword_evidence, best_sim, tau)
-        tier: Tier = (
-            gate.tier(keyword_evidence, best_sim, calib)
-            if use_vector
-            else ("medium" if keyword_evidence else "low")
-        )
-        summary = {
-            "mode": opts.mode,
-            "fusion": opts.fusion if opts.mode == "hybrid" else None,
-            "weighting": opts.weighting if opts.mode == "hybrid" else None,
-            "terms": asked.terms,
-            "keyword_signal": None if signal is None else round(signal, 4),
-            "weights": {k: round(v, 4) for k, v in weights.items()},
-            "keyword_hits": len(recalled.kw_hits),
-            "keyword_coverage": round(recalled.coverage, 4),
-            "best_similarity": None if best_sim is None else round(best_sim, 4),
-            "tau": tau,
-        }
-        return Candidates(
-            self.store,
-            [] if rejected else order,
-            dict(fused),
-            fused,
-            rejected,
-            tier,
-            summary=summary,
-            timings=recalled.timings,
-        )
-
-    def _explain(
-        self, recalled: Recalled, completed: completion.Completed | None, found: Candidates
-    ) -> dict[int, dict[str, Any]]:
-        """Each hit's `explain`, best first: its routes, fused score and position (from
-        recall and fusion), then each stage's entry."""
-        vec_rank = {cid: r for r, (cid, _) in enumerate(recalled.vec_hits, start=1)}
-        kw_rank = {cid: r for r, (cid, _) in enumerate(recalled.kw_hits, start=1)}
-        out = {}
-        for position, cid in enumerate(found.order, start=1):
-            routes: dict[str, Any] = {}
-            if cid in vec_rank:
-                similarity = round(recalled.similarity[cid], 4)
-                routes["vector"] = {"rank": vec_rank[cid], "similarity": similarity}
-            if cid in kw_rank:
-                routes["bm25"] = {"rank": kw_rank[cid], "score": round(recalled.bm25[cid], 4)}
-            if completed is not None:
-                completion.explain(routes, cid, completed)
-            out[cid] = {
-                "routes": routes,
-                "fused": round(found.fused[cid], 6),
-                "position": position,
-                **found.explain_of(cid),
-            }
-        return out
-
-    def _summary(self, asked: Query, recalled: Recalled, found: Candidates) -> dict[str, Any]:
+    def _summary(
+        self, asked: Query, recalled: recall.Recalled, found: Candidates
+    ) -> dict[str, Any]:
         """The result set's `explain`."""
         summary = {
             **found.summary,
@@ -443,15 +269,6 @@ class Searcher:
             "family": selftune.family_of(opts),
             "chosen": bool(tuned),
         }
-
-    async def _coverage(
-        self, terms: list[str], dfs: list[int], total: int, kw_hits: list[tuple[int, float]]
-    ) -> float:
-        """The IDF-weighted share of the query the best keyword hit contains (0 to 1)."""
-        top = kw_hits[0][0]
-        expressions = [quote_term(t) for t in terms]
-        matched = await self.store.read(lambda c: c.matched_terms(top, expressions))
-        return fusion.idf_coverage(dfs, matched, total)
 
     async def _time_intent(
         self, query: str, filters: Filters

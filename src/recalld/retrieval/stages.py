@@ -1,6 +1,6 @@
 """The ranking stages, in the order a search runs them: the one place that order is written.
 
-After recall, fusion and the gate (`retrieval.search`), each enabled stage of `STAGES` runs on
+After recall, fusion and the gate (`retrieval.recall`), each enabled stage of `STAGES` runs on
 the candidates in turn; then the hits are expanded and packed. The README's stage list is
 checked against `STAGES` by a test. To add a stage: write one `pipeline.Stage` subclass and
 add one line here.

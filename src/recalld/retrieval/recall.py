@@ -1,0 +1,241 @@
+"""Recall, fusion and the gate: from a query to its fused candidates.
+
+    query ─▶ embed ─▶ vector KNN ─┐
+          └▶ terms ─▶ FTS5 BM25 ──┴▶ (score completion) ─▶ fusion ─▶ gate ─▶ Candidates
+
+Both routes run at once, each for the best `pool` chunks; completion gives every candidate
+both routes' scores; fusion (the formulas are in `fusion.py`) orders them; the gate (MemX R1,
+`gate.py`) rejects a query nothing answers. The ranking stages then work on the candidates.
+`Recalled` also keeps each route's ranks for every hit's `explain`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from recalld.errors import EmbeddingError, RecalldError
+from recalld.retrieval import completion, fusion, gate
+from recalld.retrieval.pipeline import Candidates, Query
+from recalld.storage.contract import Store
+from recalld.storage.fts import match_expression, quote_term
+from recalld.types import Tier
+
+EmbedQuery = Callable[[str], Awaitable[npt.NDArray[np.float32]]]
+"""The query's vector (the searcher's cached `embed_query`)."""
+
+DocFreqs = Callable[[list[str]], Coroutine[Any, Any, tuple[list[int], int]]]
+"""Each term's document frequency and the store's chunk total (the searcher's cache)."""
+
+
+@dataclass(slots=True)
+class Recalled:
+    """What the two routes returned for a query.
+
+    Attributes:
+        vec_hits: Vector route: (chunk id, cosine distance), nearest first.
+        kw_hits: Keyword route: (chunk id, BM25 score), best first.
+        dfs: Each query term's document frequency (keyword route only).
+        total: How many chunks the store holds (for the IDFs).
+        coverage: The IDF-weighted share of the query the best keyword hit contains.
+        degraded: Why the query could not be embedded, if it could not.
+        timings: The routes' `timings_ms` entries.
+    """
+
+    vec_hits: list[tuple[int, float]]
+    kw_hits: list[tuple[int, float]]
+    dfs: list[int]
+    total: int
+    coverage: float
+    degraded: list[str]
+    timings: dict[str, float]
+    similarity: dict[int, float] = field(init=False)
+    bm25: dict[int, float] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.similarity = {cid: 1.0 - dist for cid, dist in self.vec_hits}
+        self.bm25 = dict(self.kw_hits)
+
+    def route_orders(self) -> tuple[list[int], list[int]]:
+        """Each route's chunk ids, best first (for RRF)."""
+        return [c for c, _ in self.vec_hits], [c for c, _ in self.kw_hits]
+
+
+async def recall(asked: Query, store: Store, embed: EmbedQuery, doc_freqs: DocFreqs) -> Recalled:
+    """Both routes at once, each the best `pool` chunks (and the terms' document
+    frequencies for the keyword weights), then the keyword route's coverage.
+
+    When the query cannot be embedded, a hybrid search answers by keywords alone and
+    `degraded` says why (issue 6); a vector-only search raises the `EmbeddingError`.
+    """
+    opts, pool, filters, terms = asked.settings, asked.pool, asked.recall_filters, asked.terms
+    timings: dict[str, float] = {}
+    degraded: list[str] = []
+
+    async def vector_route() -> list[tuple[int, float]]:
+        t0 = time.perf_counter()
+        try:
+            vector = await embed(asked.text)
+        except EmbeddingError as exc:
+            if opts.mode == "vector":
+                raise
+            degraded.append(exc.message)
+            return []
+        timings["embed_ms"] = (time.perf_counter() - t0) * 1000
+        t1 = time.perf_counter()
+        hits = await store.read(lambda c: c.knn(vector, pool, filters))
+        timings["vector_ms"] = (time.perf_counter() - t1) * 1000
+        return hits
+
+    async def keyword_route() -> list[tuple[int, float]]:
+        t0 = time.perf_counter()
+        expr = match_expression(terms)
+        hits = await store.read(lambda c: c.fts(expr, pool, filters))
+        timings["bm25_ms"] = (time.perf_counter() - t0) * 1000
+        return hits
+
+    use_vector, use_keyword = asked.uses_vector, asked.uses_keyword
+    try:
+        async with asyncio.TaskGroup() as tg:
+            vec_task = tg.create_task(vector_route()) if use_vector else None
+            kw_task = tg.create_task(keyword_route()) if use_keyword else None
+            df_task = tg.create_task(doc_freqs(terms)) if use_keyword else None
+    except* RecalldError as group:
+        # Our own errors keep their class (and so their code on the socket).
+        raise group.exceptions[0] from None
+    vec_hits = vec_task.result() if vec_task else []
+    kw_hits = kw_task.result() if kw_task else []
+    dfs, total = df_task.result() if df_task else ([], 0)
+    coverage = await _coverage(store, terms, dfs, total, kw_hits) if kw_hits else 0.0
+    return Recalled(vec_hits, kw_hits, dfs, total, coverage, degraded, timings)
+
+
+async def _coverage(
+    store: Store, terms: list[str], dfs: list[int], total: int, kw_hits: list[tuple[int, float]]
+) -> float:
+    """The IDF-weighted share of the query the best keyword hit contains (0 to 1)."""
+    top = kw_hits[0][0]
+    expressions = [quote_term(t) for t in terms]
+    matched = await store.read(lambda c: c.matched_terms(top, expressions))
+    return fusion.idf_coverage(dfs, matched, total)
+
+
+async def complete(
+    asked: Query, recalled: Recalled, store: Store, embed: EmbedQuery
+) -> completion.Completed | None:
+    """Both routes' scores for every candidate (retrieval/completion.py), when on."""
+    opts = asked.settings
+    if not (opts.complete_scores and opts.mode == "hybrid"):
+        return None
+    if not (recalled.vec_hits or recalled.kw_hits):
+        return None
+    # The vector route cached the query's vector.
+    vector = None if recalled.degraded else await embed(asked.text)
+    return await completion.complete(
+        store,
+        vector,
+        match_expression(asked.terms),
+        recalled.similarity,
+        recalled.bm25,
+    )
+
+
+def fuse_and_gate(
+    asked: Query,
+    recalled: Recalled,
+    completed: completion.Completed | None,
+    calibration: gate.Calibration,
+    store: Store,
+) -> Candidates:
+    """The fused candidates, best first (none when the gate rejects the query), with the
+    fusion's and the gate's figures in their summary."""
+    opts = asked.settings
+    similarity, bm25 = recalled.similarity, recalled.bm25
+    weights = {"vector": 1.0, "bm25": 1.0}
+    signal = None
+    if opts.mode == "vector":
+        fused = dict(similarity)
+    elif opts.mode == "bm25":
+        fused = dict(bm25)
+    else:
+        route_sim, route_kw = (
+            (completed.similarity, completed.keyword) if completed else (similarity, bm25)
+        )
+        fused, weights, signal = fusion.hybrid(
+            opts,
+            route_sim,
+            route_kw,
+            None if completed else recalled.route_orders(),
+            recalled.coverage,
+            recalled.dfs,
+            recalled.total,
+        )
+    order = sorted(fused, key=lambda c: (-fused[c], c))[: asked.pool]
+
+    # Gate: MemX R1 on the raw route signals, before anything reorders them.
+    best_sim = gate.best_of(list(similarity.values()))
+    keyword_evidence = bool(recalled.kw_hits) and recalled.coverage >= opts.gate_coverage
+    tau = opts.tau or calibration.tau
+    calib = dataclasses.replace(calibration, tau=tau)
+    use_vector = asked.uses_vector
+    rejected = opts.gate and use_vector and gate.should_reject(keyword_evidence, best_sim, tau)
+    tier: Tier = (
+        gate.tier(keyword_evidence, best_sim, calib)
+        if use_vector
+        else ("medium" if keyword_evidence else "low")
+    )
+    summary = {
+        "mode": opts.mode,
+        "fusion": opts.fusion if opts.mode == "hybrid" else None,
+        "weighting": opts.weighting if opts.mode == "hybrid" else None,
+        "terms": asked.terms,
+        "keyword_signal": None if signal is None else round(signal, 4),
+        "weights": {k: round(v, 4) for k, v in weights.items()},
+        "keyword_hits": len(recalled.kw_hits),
+        "keyword_coverage": round(recalled.coverage, 4),
+        "best_similarity": None if best_sim is None else round(best_sim, 4),
+        "tau": tau,
+    }
+    return Candidates(
+        store,
+        [] if rejected else order,
+        dict(fused),
+        fused,
+        rejected,
+        tier,
+        summary=summary,
+        timings=recalled.timings,
+    )
+
+
+def explain_hits(
+    recalled: Recalled, completed: completion.Completed | None, found: Candidates
+) -> dict[int, dict[str, Any]]:
+    """Each hit's `explain`, best first: its routes, fused score and position (from
+    recall and fusion), then each stage's entry."""
+    vec_rank = {cid: r for r, (cid, _) in enumerate(recalled.vec_hits, start=1)}
+    kw_rank = {cid: r for r, (cid, _) in enumerate(recalled.kw_hits, start=1)}
+    out = {}
+    for position, cid in enumerate(found.order, start=1):
+        routes: dict[str, Any] = {}
+        if cid in vec_rank:
+            similarity = round(recalled.similarity[cid], 4)
+            routes["vector"] = {"rank": vec_rank[cid], "similarity": similarity}
+        if cid in kw_rank:
+            routes["bm25"] = {"rank": kw_rank[cid], "score": round(recalled.bm25[cid], 4)}
+        if completed is not None:
+            completion.explain(routes, cid, completed)
+        out[cid] = {
+            "routes": routes,
+            "fused": round(found.fused[cid], 6),
+            "position": position,
+            **found.explain_of(cid),
+        }
+    return out
