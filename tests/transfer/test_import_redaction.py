@@ -17,8 +17,7 @@ from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.embeddings.base import HashEmbedder
 from recalld.storage import registry
-from recalld.storage.records import MemoryEdit
-from recalld.storage.sqlite.repair import memory_source
+from recalld.storage.records import MemoryEdit, memory_source
 from tests.pipeline.conftest import Running, daemon_env, start, stop
 from tests.transfer.test_socket_and_cli import run_cli
 

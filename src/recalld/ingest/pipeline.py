@@ -44,11 +44,10 @@ from recalld.safe_io import call_with_timeout, open_regular
 from recalld.storage import records
 from recalld.storage.contract import Store, Writer
 from recalld.storage.importer import Redact
+from recalld.storage.records import MEMORY_PREFIX
 from recalld.types import MEMORY_TYPES, ChunkDraft
 
 logger = logging.getLogger(__name__)
-
-MEMORY_PREFIX = "memory:"
 
 
 @dataclass(slots=True)

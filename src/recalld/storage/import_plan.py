@@ -1,7 +1,7 @@
 """The first pass of an import: read the whole export file and check it, before any write.
 
 A malformed line (not JSON, an unknown table or column, a value that cannot be read back such
-as an `Infinity` event time (`storage.sqlite.values`), a chunk outside its document, a vector of the
+as an `Infinity` event time (`storage.values`), a chunk outside its document, a vector of the
 wrong size, a count that does not add up, a file cut short) is a `ParseError` naming the
 file and the line, raised before anything is imported, so a bad file never leaves half of
 itself in the store. Blocking: run it in a worker thread.
@@ -17,8 +17,7 @@ from typing import Any
 
 from recalld.errors import NotFoundError, ParseError
 from recalld.safe_io import open_regular
-from recalld.storage import portable, registry
-from recalld.storage.sqlite import values
+from recalld.storage import portable, registry, values
 
 
 @dataclass(slots=True)
@@ -147,7 +146,7 @@ class _Checker:
             except ValueError as exc:
                 raise _Bad(f"{kind}.{column}: {exc}") from None
             # `1e400`, `Infinity` and `NaN` parse as floats the store could keep but never
-            # give back (issue 18): the value ranges of `storage.sqlite.values` apply here too.
+            # give back (issue 18): the value ranges of `storage.values` apply here too.
             why = values.problem(kind, column, decoded)
             if why is not None:
                 raise _Bad(f"{kind}.{column}: {why}")

@@ -42,7 +42,7 @@ import numpy.typing as npt
 from recalld.storage import portable
 from recalld.storage.contract import Store, Writer
 from recalld.storage.import_plan import Plan, plan_import, read_lines
-from recalld.storage.sqlite.repair import MEMORY_PREFIX, memory_source
+from recalld.storage.records import MEMORY_PREFIX, memory_source
 
 logger = logging.getLogger(__name__)
 

@@ -28,6 +28,15 @@ STATE_KEYS = ("reindex_spec", "reindex_model_id", "reindex_dimension", "reindex_
 # whose config does not name a model can load the one the store holds (see `registry.open_store`).
 SPEC_KEY = "model_spec"
 
+# Memories are stored under this prefix and the hash of their text (`Ingestor.remember`), so a
+# memory that lost its document row gets the same source back and stays deduplicated.
+MEMORY_PREFIX = "memory:"
+
+
+def memory_source(text: str) -> str:
+    """The source `Ingestor.remember` gives a memory with this text."""
+    return MEMORY_PREFIX + hashlib.sha256(text.strip().encode()).hexdigest()[:16]
+
 
 @dataclass(frozen=True, slots=True)
 class ReindexState:

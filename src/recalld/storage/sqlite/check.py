@@ -31,8 +31,8 @@ from typing import Any
 
 from recalld.errors import StoreError
 from recalld.storage import checks as check_report
-from recalld.storage import records
-from recalld.storage.sqlite import values
+from recalld.storage import records, values
+from recalld.storage.sqlite import values as stored_values
 from recalld.storage.sqlite.connection import UNREADABLE, DatabaseError, connect, damaged_error
 
 # The vector cascade's copies of chunks_vec (storage/sqlite/vectors.py), checked when present. Table
@@ -109,7 +109,7 @@ def _reindex_check(conn: sqlite3.Connection, chunks: int) -> dict[str, Any]:
 def _values_check(conn: sqlite3.Connection) -> dict[str, Any]:
     """Values that cannot be read back or sent as JSON (`storage.sqlite.values`), by table and
     id."""
-    found = values.scan(conn)
+    found = stored_values.scan(conn)
     count = sum(len(rows) for rows in found.values())
     if not found:
         return check_report.result("unreadable_values", 0, "every stored value can be read back")

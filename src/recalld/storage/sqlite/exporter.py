@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from recalld.errors import SchemaTooNewError, StoreError
-from recalld.storage import portable
-from recalld.storage.sqlite import values
+from recalld.storage import portable, values
 from recalld.storage.sqlite.connection import UNREADABLE, DatabaseError, connect
 from recalld.storage.sqlite.schema import SCHEMA_VERSION, schema_version
 

@@ -175,7 +175,7 @@ async def history_of(conn: aiosqlite.Connection, chunk_id: int) -> list[dict[str
             "text": r[1],
             "tags": records.json_column(r[2], []),
             "memory_type": r[3],
-            # A value JSON cannot carry is read as unknown (see `storage.sqlite.values`).
+            # A value JSON cannot carry is read as unknown (see `storage.values`).
             "importance": limits.number_or(r[4], 0.5),
             "event_time": limits.time_or_none(r[5]),
             "valid_from": limits.number_or(r[6], 0.0),

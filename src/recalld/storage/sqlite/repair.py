@@ -14,7 +14,7 @@ What each broken invariant gets (issue 6):
   `reingest`, and the caller ingests it again (or removes it if the file is gone);
 - `PRAGMA integrity_check` failures: `REINDEX`; whatever remains is reported, not guessed at;
 - model / dimension mismatch: reported only, as it needs every chunk re-embedded;
-- values that cannot be read back (`storage.sqlite.values`: an `inf` event time, text that is not
+- values that cannot be read back (`storage.values`: an `inf` event time, text that is not
   UTF-8): reset to their column's neutral value (an unknown time, importance 0.5, ...);
 - a reindex's staged vectors without a chunk, of the wrong size, or left without a reindex in
   progress: dropped (a running reindex embeds the chunks again); a sound reindex is left alone.
@@ -39,6 +39,7 @@ import numpy as np
 
 from recalld.errors import EmbeddingError
 from recalld.storage.contract import Embed
+from recalld.storage.records import memory_source
 from recalld.storage.repair_report import RepairReport
 from recalld.storage.sqlite import reindex, values, vectors, writer
 from recalld.storage.sqlite.vectors import VectorIndex
@@ -49,9 +50,6 @@ if TYPE_CHECKING:  # the store calls `repair_store` (`SqliteStore.repair`)
 logger = logging.getLogger(__name__)
 
 EMBED_BATCH = 256
-# Memories are stored under this prefix and the hash of their text (`Ingestor.remember`), so a
-# memory that lost its document row gets the same source back and stays deduplicated.
-MEMORY_PREFIX = "memory:"
 _FTS_PROBLEMS = frozenset({"chunks_without_fts", "orphan_fts_rows", "fts_parity", "fts_integrity"})
 
 
@@ -62,11 +60,6 @@ async def _rows(conn: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()
 
 async def _count(conn: aiosqlite.Connection, sql: str) -> int:
     return int((await _rows(conn, sql))[0][0])
-
-
-def memory_source(text: str) -> str:
-    """The source `Ingestor.remember` gives a memory with this text."""
-    return MEMORY_PREFIX + hashlib.sha256(text.strip().encode()).hexdigest()[:16]
 
 
 async def _adopt_orphans(
