@@ -13,8 +13,8 @@ each backend translates them. Ad-hoc SQL (`fetchall`, `execute`) uses `?` placeh
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -520,6 +520,73 @@ class Store(Protocol):
         ...
 
 
+class UnreadableRows(Exception):
+    """Rows a damaged store cannot give back, met by an export (`ExportSnapshot.chunks_of`)."""
+
+
+class ExportSnapshot(Protocol):
+    """One read-only snapshot of a store, read by the exporter (`storage.exporter`); blocking.
+
+    Rows are tuples in the order of their table's exported columns (`portable.Table.columns`),
+    perhaps with more values after them. Where rows can break off (a damaged SQLite page), the
+    reads take the export's `unreadable` list and add an entry to it instead of raising.
+    """
+
+    @property
+    def newest_schema(self) -> int:
+        """The newest schema this backend reads."""
+        ...
+
+    @property
+    def header_extra(self) -> dict[str, Any]:
+        """What this backend adds to the export's header (after `schema_version`)."""
+        ...
+
+    @property
+    def checks_values(self) -> bool:
+        """Whether stored values may be unreadable (`storage.values`): rows holding one are
+        skipped and listed in the footer's `skipped_unreadable`."""
+        ...
+
+    def schema_version(self) -> int:
+        """The store's schema version."""
+        ...
+
+    def meta(self) -> dict[str, str]:
+        """The store's `meta` table."""
+        ...
+
+    def tables(self) -> list[portable.Table]:
+        """The tables to export, documents and chunks first, then in foreign-key order."""
+        ...
+
+    def documents(
+        self, table: portable.Table, unreadable: list[dict[str, Any]]
+    ) -> Iterator[Sequence[Any]]:
+        """The complete documents, by id (partial ones are half-written by a crash)."""
+        ...
+
+    def chunks_of(
+        self, table: portable.Table, document_id: Any, vectors: bool
+    ) -> Iterator[tuple[Sequence[Any], bytes | None]]:
+        """A document's chunks by position and id, each with its float32 vector bytes when
+        `vectors` (None: it has none).
+
+        Raises:
+            UnreadableRows: They cannot be read."""
+        ...
+
+    def rows(
+        self, table: portable.Table, unreadable: list[dict[str, Any]]
+    ) -> Iterator[tuple[Sequence[Any], Any]]:
+        """Each row of another table, with its row id (None where not known)."""
+        ...
+
+    def partial_documents(self, unreadable: list[dict[str, Any]]) -> int:
+        """How many documents are not complete (left out of the export)."""
+        ...
+
+
 class StoreBackend(Protocol):
     """One backend: open a store at a location, and what is done to one without opening it."""
 
@@ -552,10 +619,13 @@ class StoreBackend(Protocol):
         """`check`'s report on the store's invariants, changing nothing (blocking)."""
         ...
 
-    def export_lines(
-        self, location: str, *, vectors: bool, recalld_version: str
-    ) -> Generator[str, None, None]:
-        """The store as JSONL lines (`storage.portable`), from one snapshot (blocking)."""
+    def export_snapshot(self, location: str) -> AbstractContextManager[ExportSnapshot]:
+        """One read-only snapshot of the store, for an export (blocking).
+
+        Raises:
+            StoreError: No store at `location`, or it cannot be read (also when a read fails
+                inside the `with`).
+        """
         ...
 
     def target_tables(self, location: str) -> dict[str, portable.Table]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from recalld.extras import require
-from recalld.storage import portable
+from recalld.storage import exporter, portable
 from recalld.storage.contract import Store, StoreBackend
 from recalld.storage.records import SPEC_KEY
 
@@ -124,9 +124,8 @@ def export_lines(
         StoreError: No store at `location`, or it cannot be read.
         SchemaTooNewError: The store comes from a newer recalld.
     """
-    return backend_for(location).export_lines(
-        _full(location), vectors=vectors, recalld_version=recalld_version
-    )
+    with backend_for(location).export_snapshot(_full(location)) as snapshot:
+        yield from exporter.lines(snapshot, vectors, recalld_version)
 
 
 def target_tables(location: Path | str) -> dict[str, portable.Table]:

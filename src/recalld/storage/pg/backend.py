@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
 
 from recalld.storage import portable
-from recalld.storage.contract import Store, StoreBackend
-from recalld.storage.pg import check, exporter, store
+from recalld.storage.contract import ExportSnapshot, Store, StoreBackend
+from recalld.storage.pg import check, export_snapshot, store
 
 
 class PgBackend(StoreBackend):
@@ -44,11 +44,9 @@ class PgBackend(StoreBackend):
     def check_store(self, location: str) -> dict[str, Any]:
         return check.check_store(location)
 
-    def export_lines(
-        self, location: str, *, vectors: bool, recalld_version: str
-    ) -> Generator[str, None, None]:
-        return exporter.export_lines(location, vectors=vectors, recalld_version=recalld_version)
+    def export_snapshot(self, location: str) -> AbstractContextManager[ExportSnapshot]:
+        return export_snapshot.export_snapshot(location)
 
     def target_tables(self, location: str) -> dict[str, portable.Table]:
         with psycopg.connect(location) as conn:
-            return {t.name: t for t in exporter.discover(conn)}
+            return {t.name: t for t in export_snapshot.discover(conn)}

@@ -1,6 +1,6 @@
 """The PostgreSQL twins of `storage.sqlite.import_sql`: the batched SQL of an import.
 
-Table and column names come from the store's own catalog (`pg.exporter.discover`), never from
+Table and column names come from the store's own catalog (`pg.export_snapshot.discover`), never from
 the file. Rows without a `scope` take the column default (this store's scope).
 """
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from recalld.storage import portable
-from recalld.storage.contract import Store, StoreBackend
-from recalld.storage.sqlite import check, exporter, store
+from recalld.storage.contract import ExportSnapshot, Store, StoreBackend
+from recalld.storage.sqlite import check, export_snapshot, store
 from recalld.storage.sqlite.connection import connect
 
 
@@ -42,12 +42,8 @@ class SqliteBackend(StoreBackend):
     def check_store(self, location: str) -> dict[str, Any]:
         return check.check_store(Path(location))
 
-    def export_lines(
-        self, location: str, *, vectors: bool, recalld_version: str
-    ) -> Generator[str, None, None]:
-        return exporter.export_lines(
-            Path(location), vectors=vectors, recalld_version=recalld_version
-        )
+    def export_snapshot(self, location: str) -> AbstractContextManager[ExportSnapshot]:
+        return export_snapshot.export_snapshot(Path(location))
 
     def target_tables(self, location: str) -> dict[str, portable.Table]:
         conn = connect(location, readonly=True)

@@ -1,4 +1,5 @@
-"""Export on PostgreSQL: the same JSONL as `storage.sqlite.exporter`, from one snapshot.
+"""An export's snapshot of a PostgreSQL store (`contract.ExportSnapshot`; `storage.exporter`
+writes the same JSONL as from SQLite).
 
 Tables are discovered from the catalog as `storage.portable.discover` does from SQLite's
 PRAGMAs: the same tables (documents, chunks, links, errors, chunk_history), the same surrogate
@@ -12,19 +13,18 @@ server-side cursors. Blocking: the daemon pulls it in a worker thread.
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Generator, Iterator
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import psycopg
 
-from recalld.errors import SchemaTooNewError, StoreError
+from recalld.errors import StoreError
 from recalld.storage import portable
+from recalld.storage.contract import ExportSnapshot
 from recalld.storage.pg.schema import SCHEMA_VERSION
 from recalld.storage.pg.store import redact
-
-logger = logging.getLogger(__name__)
 
 _FETCH = 500
 # The store's own state, rebuilt indexes, and columns that are this database's, not the data's.
@@ -86,12 +86,12 @@ def discover(conn: psycopg.Connection[Any]) -> list[portable.Table]:
     return ordered
 
 
-def export_lines(url: str, *, vectors: bool, recalld_version: str) -> Generator[str, None, None]:
-    """The store in the database at `url` as export lines (see `storage.sqlite.exporter`).
+@contextlib.contextmanager
+def export_snapshot(url: str) -> Iterator[ExportSnapshot]:
+    """One read-only `REPEATABLE READ` transaction on the database at `url`.
 
     Raises:
         StoreError: The database cannot be reached or holds no store.
-        SchemaTooNewError: The store comes from a newer recalld.
     """
     shown = redact(url)
     try:
@@ -102,83 +102,73 @@ def export_lines(url: str, *, vectors: bool, recalld_version: str) -> Generator[
                     f"no store at {shown}; nothing to export",
                     data={"path": shown, "reason": "missing"},
                 )
-            yield from _lines(conn, vectors, recalld_version)
+            yield PgSnapshot(conn)
     except psycopg.Error as exc:
         raise StoreError(f"cannot export {shown}: {exc}", data={"path": shown}) from exc
 
 
-def _lines(conn: psycopg.Connection[Any], vectors: bool, recalld_version: str) -> Iterator[str]:
-    meta = {str(k): str(v) for k, v in conn.execute("SELECT key, value FROM meta")}
-    version = int(meta.get("schema_version", 0))
-    if version > SCHEMA_VERSION:
-        raise SchemaTooNewError(
-            f"this store has schema version {version}, newer than this recalld understands "
-            f"({SCHEMA_VERSION}); export it with the recalld that wrote it",
-            data={"found": version, "supported": SCHEMA_VERSION},
+class PgSnapshot(ExportSnapshot):
+    """The reads of an export, on one connection in a read-only transaction. Values are
+    typed by the schema, so none is unreadable and no rows break off."""
+
+    newest_schema = SCHEMA_VERSION
+    checks_values = False
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self.conn = conn
+
+    @property
+    def header_extra(self) -> dict[str, Any]:
+        return {"backend": "postgresql"}
+
+    def schema_version(self) -> int:
+        return int(self.meta().get("schema_version", 0))
+
+    def meta(self) -> dict[str, str]:
+        return {str(k): str(v) for k, v in self.conn.execute("SELECT key, value FROM meta")}
+
+    def tables(self) -> list[portable.Table]:
+        return discover(self.conn)
+
+    def documents(
+        self, table: portable.Table, unreadable: list[dict[str, Any]]
+    ) -> Iterator[Sequence[Any]]:
+        sql = (
+            f"SELECT {portable.select_list(table, 'd')} FROM documents d "
+            "WHERE d.state = 'complete' ORDER BY d.id"
         )
-    tables = discover(conn)
-    by_name = {t.name: t for t in tables}
-    yield portable.dumps(
-        portable.header(recalld_version, version, meta, vectors, tables, backend="postgresql")
-    )
-    counts = {t.name: 0 for t in tables}
-    yield from _documents(conn, by_name, vectors, counts)
-    for table in tables:
-        if table.name in (portable.DOCUMENTS, portable.CHUNKS):
-            continue
-        with conn.cursor(name=f"export_{table.name}") as cursor:
-            cursor.execute(
-                f'SELECT {portable.select_list(table, "t")} FROM "{table.name}" t'.encode()
-            )
+        return self._stream("export_documents", sql)
+
+    def chunks_of(
+        self, table: portable.Table, document_id: Any, vectors: bool
+    ) -> Iterator[tuple[Sequence[Any], bytes | None]]:
+        vector_sql = ", v.embedding::real[]" if vectors else ""
+        vector_join = "LEFT JOIN chunks_vec v ON v.chunk_id = c.id" if vectors else ""
+        sql = (
+            f"SELECT {portable.select_list(table, 'c')}{vector_sql} FROM chunks c {vector_join} "
+            "WHERE c.document_id = %s ORDER BY c.position, c.id"
+        )
+        width = len(table.columns)
+        for row in self.conn.execute(sql.encode(), (document_id,)).fetchall():
+            vector = row[width] if vectors else None
+            yield row, None if vector is None else np.asarray(vector, np.float32).tobytes()
+
+    def rows(
+        self, table: portable.Table, unreadable: list[dict[str, Any]]
+    ) -> Iterator[tuple[Sequence[Any], Any]]:
+        sql = f'SELECT {portable.select_list(table, "t")} FROM "{table.name}" t'
+        for row in self._stream(f"export_{table.name}", sql):
+            yield row, None
+
+    def partial_documents(self, unreadable: list[dict[str, Any]]) -> int:
+        skipped = self.conn.execute(
+            "SELECT count(*) FROM documents WHERE state <> 'complete'"
+        ).fetchone()
+        return int(skipped[0]) if skipped else 0
+
+    def _stream(self, name: str, sql: str) -> Iterator[Sequence[Any]]:
+        """The rows of a query through a server-side cursor, in batches."""
+        with self.conn.cursor(name=name) as cursor:
+            cursor.execute(sql.encode())
             while rows := cursor.fetchmany(_FETCH):
-                for row in rows:
-                    yield portable.dumps({"type": table.name, "row": portable.row_dict(table, row)})
-                counts[table.name] += len(rows)
-    skipped = conn.execute("SELECT count(*) FROM documents WHERE state <> 'complete'").fetchone()
-    logger.info("exported %s", counts)
-    yield portable.dumps(
-        {
-            "type": portable.FOOTER,
-            "counts": counts,
-            "skipped_partial": int(skipped[0]) if skipped else 0,
-        }
-    )
-
-
-def _documents(
-    conn: psycopg.Connection[Any],
-    tables: dict[str, portable.Table],
-    vectors: bool,
-    counts: dict[str, int],
-) -> Iterator[str]:
-    """Each complete document, followed by its chunks (and their vectors when asked)."""
-    docs, chunks = tables[portable.DOCUMENTS], tables[portable.CHUNKS]
-    vector_sql = ", v.embedding::real[]" if vectors else ""
-    vector_join = "LEFT JOIN chunks_vec v ON v.chunk_id = c.id" if vectors else ""
-    chunk_sql = (
-        f"SELECT {portable.select_list(chunks, 'c')}{vector_sql} FROM chunks c {vector_join} "
-        "WHERE c.document_id = %s ORDER BY c.position, c.id"
-    )
-    id_index = docs.columns.index("id")
-    width = len(chunks.columns)
-    with conn.cursor(name="export_documents") as doc_cursor:
-        doc_cursor.execute(
-            f"SELECT {portable.select_list(docs, 'd')} FROM documents d WHERE d.state = 'complete' "
-            "ORDER BY d.id".encode()
-        )
-        while batch := doc_cursor.fetchmany(_FETCH):
-            for doc in batch:
-                yield portable.dumps(
-                    {"type": portable.DOCUMENTS, "row": portable.row_dict(docs, doc)}
-                )
-                counts[portable.DOCUMENTS] += 1
-                for row in conn.execute(chunk_sql.encode(), (doc[id_index],)).fetchall():
-                    line: dict[str, Any] = {
-                        "type": portable.CHUNKS,
-                        "row": portable.row_dict(chunks, row),
-                    }
-                    if vectors and row[width] is not None:
-                        blob = np.asarray(row[width], dtype=np.float32).tobytes()
-                        line["vector"] = portable.encode_vector(blob)
-                    yield portable.dumps(line)
-                    counts[portable.CHUNKS] += 1
+                yield from rows
