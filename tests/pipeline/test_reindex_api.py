@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -114,8 +117,19 @@ async def _ignore(info: dict) -> None:
 
 
 async def test_cancel_and_a_second_target_is_refused(
-    tmp_path: Path, store_env: dict[str, str]
+    tmp_path: Path, store_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The new model's first batch waits until the test is done with the running reindex:
+    # otherwise 40 chunks can all be re-embedded and swapped in before the cancel comes.
+    released = threading.Event()
+    embed = HashEmbedder.embed
+
+    def held_back(self: HashEmbedder, texts: Sequence[str]) -> Any:
+        if self.dimension == 32:
+            released.wait(timeout=60)
+        return embed(self, texts)
+
+    monkeypatch.setattr(HashEmbedder, "embed", held_back)
     memory = await AsyncMemory.open(settings(tmp_path, "hash:64", store_env))
     try:
         await fill(memory, 40)
@@ -141,6 +155,7 @@ async def test_cancel_and_a_second_target_is_refused(
         with pytest.raises(ReindexError, match="already uses"):
             await memory.reindexer.start("hash:64")
     finally:
+        released.set()
         await memory.close()
 
 
