@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from recalld.storage import shared_sql
 from recalld.storage.pg.handle import PgConn, vector_from_list
 from recalld.storage.records import CHUNK_COLUMNS, DOCUMENT_COLUMNS, row_to_chunk, row_to_document
 from recalld.types import Chunk, Document, Filters
@@ -289,21 +290,8 @@ async def documents(conn: PgConn, prefix: str = "", limit: int = 1000) -> list[D
 
 async def counts(conn: PgConn) -> dict[str, int]:
     """Row counts for `status`."""
-    rows = await conn.fetch(
-        # Skipped files (kind 'skipped', no chunks) are counted apart: `skipped_files`.
-        "SELECT (SELECT count(*) FROM documents WHERE kind != 'skipped'), "
-        "(SELECT count(*) FROM chunks), "
-        "(SELECT count(*) FROM documents WHERE state = 'partial'), (SELECT count(*) FROM errors), "
-        "(SELECT count(*) FROM links)",
-    )
-    documents_, chunks, partial, errors_, links = (int(v) for v in rows[0])
-    return {
-        "documents": documents_,
-        "chunks": chunks,
-        "partial_documents": partial,
-        "errors": errors_,
-        "links": links,
-    }
+    rows = await conn.fetchall(shared_sql.STATUS_COUNTS)
+    return shared_sql.status_counts(rows[0])
 
 
 async def redacted_chunks(conn: PgConn) -> int:

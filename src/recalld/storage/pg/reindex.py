@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.errors import ReindexError
+from recalld.storage import shared_sql
 from recalld.storage.pg.handle import PgConn
 from recalld.storage.records import SPEC_KEY, STATE_KEYS, ReindexState, state_from_meta
 
@@ -105,11 +106,7 @@ async def progress(conn: PgConn) -> tuple[int, int]:
 
 async def missing(conn: PgConn, after: int, limit: int) -> list[tuple[int, str]]:
     """Up to `limit` chunks with id above `after` that have no new vector yet, by id."""
-    rows = await conn.fetch(
-        "SELECT c.id, c.text FROM chunks c WHERE c.id > %s AND NOT EXISTS "
-        "(SELECT 1 FROM reindex_vectors r WHERE r.chunk_id = c.id) ORDER BY c.id LIMIT %s",
-        [after, limit],
-    )
+    rows = await conn.fetchall(shared_sql.UNSTAGED_AFTER, [after, limit])
     return [(int(r[0]), str(r[1])) for r in rows]
 
 
@@ -154,11 +151,7 @@ async def swap(conn: PgConn, state: ReindexState) -> int:
         RuntimeError: Some chunk has no staged vector (the caller catches up first).
     """
     _refuse_isolated(conn)
-    left = await _scalar(
-        conn,
-        "SELECT count(*) FROM chunks c WHERE NOT EXISTS "
-        "(SELECT 1 FROM reindex_vectors r WHERE r.chunk_id = c.id)",
-    )
+    left = await _scalar(conn, shared_sql.UNSTAGED_COUNT)
     if left:
         raise RuntimeError(f"{left} chunks have no vector from {state.model_id} yet")
     meta = await _meta(conn)

@@ -15,6 +15,7 @@ import aiosqlite
 import numpy as np
 import numpy.typing as npt
 
+from recalld.storage import shared_sql
 from recalld.storage.records import (
     CHUNK_COLUMNS,
     DOCUMENT_COLUMNS,
@@ -324,22 +325,8 @@ async def documents(
 
 async def counts(conn: aiosqlite.Connection) -> dict[str, int]:
     """Row counts for `status`."""
-    rows = await fetchall(
-        conn,
-        # Skipped files (kind 'skipped', no chunks) are counted apart: `skipped_files`.
-        "SELECT (SELECT count(*) FROM documents WHERE kind != 'skipped'), "
-        "(SELECT count(*) FROM chunks), "
-        "(SELECT count(*) FROM documents WHERE state = 'partial'), (SELECT count(*) FROM errors), "
-        "(SELECT count(*) FROM links)",
-    )
-    documents_, chunks, partial, errors, links = (int(v) for v in rows[0])
-    return {
-        "documents": documents_,
-        "chunks": chunks,
-        "partial_documents": partial,
-        "errors": errors,
-        "links": links,
-    }
+    rows = await fetchall(conn, shared_sql.STATUS_COUNTS)
+    return shared_sql.status_counts(rows[0])
 
 
 async def redacted_chunks(conn: aiosqlite.Connection) -> int:

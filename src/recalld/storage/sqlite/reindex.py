@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.errors import ReindexError
+from recalld.storage import shared_sql
 from recalld.storage.records import SPEC_KEY, STATE_KEYS, ReindexState, state_from_meta
 from recalld.storage.sqlite import schema, vectors
 from recalld.storage.sqlite.vectors import VectorIndex
@@ -116,11 +117,7 @@ async def progress(conn: aiosqlite.Connection) -> tuple[int, int]:
 
 async def missing(conn: aiosqlite.Connection, after: int, limit: int) -> list[tuple[int, str]]:
     """Up to `limit` chunks with id above `after` that have no new vector yet, by id."""
-    async with conn.execute(
-        "SELECT c.id, c.text FROM chunks c WHERE c.id > ? AND NOT EXISTS "
-        "(SELECT 1 FROM reindex_vectors r WHERE r.chunk_id = c.id) ORDER BY c.id LIMIT ?",
-        (after, limit),
-    ) as cursor:
+    async with conn.execute(shared_sql.UNSTAGED_AFTER, (after, limit)) as cursor:
         return [(int(r[0]), str(r[1])) for r in await cursor.fetchall()]
 
 
@@ -181,11 +178,7 @@ async def swap(conn: aiosqlite.Connection, index: VectorIndex | None, state: Rei
     Raises:
         RuntimeError: Some chunk has no staged vector (the caller catches up first).
     """
-    left = await _scalar(
-        conn,
-        "SELECT count(*) FROM chunks c WHERE NOT EXISTS "
-        "(SELECT 1 FROM reindex_vectors r WHERE r.chunk_id = c.id)",
-    )
+    left = await _scalar(conn, shared_sql.UNSTAGED_COUNT)
     if left:
         raise RuntimeError(f"{left} chunks have no vector from {state.model_id} yet")
     await conn.execute("DROP TABLE IF EXISTS chunks_vec")
