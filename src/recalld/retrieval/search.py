@@ -3,8 +3,9 @@
     query ─▶ embed (cached) ─▶ vector KNN ─┐
           └▶ escaped terms ─▶ FTS5 BM25 ───┴▶ fusion ─▶ gate ─▶ STAGES ─▶ expand ─▶ pack
 
-Recall, fusion and the gate are `retrieval.recall`; the Searcher holds the settings and the
-caches (query vectors, document frequencies), builds the `Query` and runs the path.
+Recall, fusion and the gate are `retrieval.recall`, expansion `retrieval.expansion`; the
+Searcher holds the settings and the caches (query vectors, document frequencies), builds the
+`Query` and runs the path.
 
 The ranking stages and their order are `retrieval.stages.STAGES`, written there only; a new
 stage is one `pipeline.Stage` subclass and one line in that list. Each stage can be switched
@@ -29,7 +30,7 @@ import numpy.typing as npt
 from recalld.config import SearchSettings
 from recalld.embeddings.base import Embedder
 from recalld.errors import QueryError
-from recalld.retrieval import gate, packing, recall, selftune, temporal
+from recalld.retrieval import expansion, gate, packing, recall, selftune, temporal
 from recalld.retrieval.pipeline import Candidates, Query, run_stages
 from recalld.retrieval.stages import STAGES
 from recalld.retrieval.timeparse import TimeIntent, parse
@@ -161,7 +162,7 @@ class Searcher:
         ]
         opts = asked.settings
         if opts.expand > 0 and hits:
-            await self._expand(hits, opts.expand)
+            await expansion.expand(self.store, hits, opts.expand)
         packed = None
         if opts.budget_tokens and hits:
             hits, packed = await self._pack(hits, opts.budget_tokens)
@@ -299,18 +300,3 @@ class Searcher:
         return await asyncio.to_thread(
             packing.pack, hits, budget, packing.token_counter(self.embedder), parents
         )
-
-    async def _expand(self, hits: list[Hit], window: int) -> None:
-        """Attach neighbouring chunks (documents) or the parent chunk (rounds and facts)."""
-        async with self.store.reading() as conn:
-            for hit in hits:
-                chunk = hit.chunk
-                if chunk.parent_id is not None:
-                    parent = await conn.chunks_by_id([chunk.parent_id])
-                    if chunk.parent_id in parent:
-                        hit.context = parent[chunk.parent_id].text
-                        hit.explain["expanded"] = {"parent": chunk.parent_id}
-                    continue
-                around = await conn.neighbours(chunk.document_id, chunk.position, window)
-                hit.context = "\n\n".join(c.text for c in around)
-                hit.explain["expanded"] = {"neighbours": [c.id for c in around if c.id != chunk.id]}
