@@ -1,4 +1,5 @@
-"""The PostgreSQL twins of `storage.sqlite.history`: memory edits that keep their history."""
+"""Memory edits that keep their history, on PostgreSQL (`contract.Writer.update_memory`, called
+by `pg.access`)."""
 
 from __future__ import annotations
 
@@ -34,13 +35,7 @@ async def update_memory(
     vector: npt.NDArray[np.float32] | None,
     meta: dict[str, Any] | None = None,
 ) -> int:
-    """Write a memory's new version in place, keeping the old one in `chunk_history`
-    (see `storage.sqlite.history.update_memory`).
-
-    Raises:
-        NotFoundError: No memory has this id.
-        IngestError: Another memory already holds the new text.
-    """
+    """`contract.Writer.update_memory` on PostgreSQL."""
     rows = await conn.fetch(
         "SELECT c.text, c.tags, c.memory_type, c.importance, c.event_time, c.created_at, "
         "c.document_id, c.kind, c.granularity, d.source FROM chunks c "

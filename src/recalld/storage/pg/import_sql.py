@@ -1,4 +1,5 @@
-"""The PostgreSQL twins of `storage.sqlite.import_sql`: the batched SQL of an import.
+"""The batched SQL of an import on PostgreSQL (`contract.Writer`'s import operations, called by
+`pg.access`).
 
 Table and column names come from the store's own catalog (`pg.export_snapshot.discover`), never from
 the file. Rows without a `scope` take the column default (this store's scope).

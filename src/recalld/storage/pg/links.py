@@ -1,4 +1,5 @@
-"""The PostgreSQL twins of `storage.sqlite.links`: same names, arguments and effects.
+"""Typed links and the statuses they imply, on PostgreSQL (`contract.Reader` / `Writer` link
+operations, called by `pg.access`).
 
 Id lists travel as one `bigint[]` parameter (`= ANY(%s)`) where SQLite uses `json_each`.
 """

@@ -1,4 +1,4 @@
-"""The PostgreSQL twins of `storage.sqlite.projects`."""
+"""Which project each document came from, on PostgreSQL (called by `pg.access`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The PostgreSQL twins of `storage.sqlite.readers`: same names, arguments and return values.
+"""Read queries on PostgreSQL: the `contract.Reader` operations `pg.access` calls.
 
 Keyword recall receives the FTS5 expression the retrieval layer built (`storage.fts`: quoted
 terms joined by OR) and turns each quoted term back into a `tsquery` phrase (`recalld_term`:

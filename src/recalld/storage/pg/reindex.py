@@ -1,4 +1,5 @@
-"""The PostgreSQL twins of `storage.sqlite.reindex`: online re-embedding on pgvector.
+"""Online re-embedding on pgvector: the reindex operations of `contract.Writer`, called by
+`pg.access`.
 
 The new model's vectors collect in `reindex_vectors` (migration pg_m002), whose `halfvec`
 column has no fixed dimension, and go with their chunk by cascade. The swap, in the caller's
@@ -113,7 +114,7 @@ async def missing(conn: PgConn, after: int, limit: int) -> list[tuple[int, str]]
 async def stage(
     conn: PgConn, chunk_ids: Sequence[int], matrix: npt.NDArray[np.float32], model_id: str
 ) -> int:
-    """Store new vectors for chunks that still exist (see `storage.sqlite.reindex.stage`).
+    """Store new vectors for chunks that still exist (`contract.Writer.stage_vectors`).
 
     Raises:
         ReindexError: No reindex to `model_id` is recorded any more.

@@ -1,4 +1,4 @@
-"""The PostgreSQL twins of `storage.sqlite.writer`: same names, arguments and effects.
+"""Every write on PostgreSQL: the `contract.Writer` operations `pg.access` calls.
 
 Several daemons may write one database at once. A document's replacement first takes a
 transaction-scoped advisory lock on its (scope, source), so two daemons ingesting the same file

@@ -69,25 +69,7 @@ async def update_memory(
     vector: npt.NDArray[np.float32] | None,
     meta: dict[str, Any] | None = None,
 ) -> int:
-    """Write a memory's new version in place, keeping the old one in `chunk_history`.
-
-    Args:
-        chunk_id: The memory's chunk.
-        edit: What changes.
-        source, content_hash: The memory's document identity for its new text.
-        chunk_hash: The chunk's new content hash (`records.chunk_hash`).
-        token_count: Tokens of the new text.
-        vector: The new text's vector; None when the text did not change.
-        meta: The chunk's new meta (its `redacted` markers describe the new text); None keeps
-            the stored one.
-
-    Returns:
-        The new version number.
-
-    Raises:
-        NotFoundError: No memory has this id.
-        IngestError: Another memory already holds the new text.
-    """
+    """`contract.Writer.update_memory` on SQLite (`index`: the store's in-memory vectors)."""
     rows = await _fetchall(
         conn,
         "SELECT c.text, c.tags, c.memory_type, c.importance, c.event_time, c.created_at, "

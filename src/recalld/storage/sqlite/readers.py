@@ -142,11 +142,8 @@ async def fts(
 async def keyword_scores(
     conn: aiosqlite.Connection, expression: str, ids: Sequence[int]
 ) -> dict[int, float]:
-    """The keyword route's score (-bm25, as `fts` gives it) of each chunk in `ids` that matches
-    `expression`; chunks that match none of its terms are left out (their BM25 is 0).
+    """`contract.Reader.keyword_scores` on FTS5 (-bm25, from the whole table's statistics).
 
-    FTS5's bm25() takes its statistics from the whole table, so these are the very scores
-    the route would have given the chunks had it returned them (score completion, issue 14).
     The match runs once and is filtered here: FTS5 does not narrow a MATCH by `rowid IN`, it
     runs it again per id (measured: 50 ids, 16 ms filtered here against 260 ms).
     """

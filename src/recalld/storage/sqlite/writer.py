@@ -39,13 +39,7 @@ async def replace_document(
     *,
     structure_links: bool = True,
 ) -> int:
-    """Replace a document and its chunks in the caller's transaction.
-
-    With `structure_links`, the document's `parent` and `temporal` links are made too.
-
-    Returns:
-        The document id.
-    """
+    """`contract.Writer.replace_document` on SQLite (`index`: the store's in-memory vectors)."""
     now = time.time()
     rows = await _fetchall(conn, "SELECT id FROM documents WHERE source = ?", (doc.source,))
     if rows:
