@@ -66,49 +66,14 @@ def project_option(help_text: str) -> Callable[[F], F]:
 @project_option("Only this project's hits and those of no project (default DIR: here).")
 @client_command
 @pass_client_and_settings
-def search(
-    client: Client,
-    loaded: LoadedSettings,
-    query: tuple[str, ...],
-    limit: int | None,
-    mode: str | None,
-    explain: bool,
-    expand: int | None,
-    sources: tuple[str, ...],
-    kinds: tuple[str, ...],
-    granularities: tuple[str, ...],
-    tags: tuple[str, ...],
-    since: str | None,
-    until: str | None,
-    budget: int | None,
-    no_time: bool,
-    project: str | None,
-    as_json: bool,
-) -> None:
+def search(client: Client, loaded: LoadedSettings, query: tuple[str, ...], **options: Any) -> None:
     """Search memory: hybrid vector + keyword search.
 
     Time words in the query ("last week", "in March 2023", "the first time") favour hits
     from that time, relative to the latest date in the searched sources.
     """
-    search_and_show(
-        client,
-        request_settings(loaded),
-        query,
-        limit=limit,
-        mode=mode,
-        explain=explain,
-        expand=expand,
-        sources=sources,
-        kinds=kinds,
-        granularities=granularities,
-        tags=tags,
-        since=since,
-        until=until,
-        budget=budget,
-        no_time=no_time,
-        project=project,
-        as_json=as_json,
-    )
+    # The options are `search_and_show`'s keyword parameters, which the fast path fills too.
+    search_and_show(client, request_settings(loaded), query, **options)
 
 
 @click.command()
