@@ -30,7 +30,7 @@ from bench.common import MODES, bench_settings, forget_query_vectors, load_model
 from recalld.api import AsyncMemory
 from recalld.config import ChunkSettings
 from recalld.embeddings.base import Embedder
-from recalld.retrieval import answerability, timeparse
+from recalld.retrieval import answerability, answerability_tune, timeparse
 from recalld.types import Filters
 
 CATEGORIES = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop", 5: "adversarial"}
@@ -75,6 +75,11 @@ def budget_recall(hits: list[tuple[set[str], int]], evidence: set[str], budget: 
     return len(covered) / len(evidence)
 
 
+def filters_of(granularity: str) -> Filters:
+    """The filters a run at `granularity` searches with (`all`: none)."""
+    return Filters() if granularity == "all" else Filters(granularities=(granularity,))
+
+
 async def evaluate_conversation(
     memory: AsyncMemory,
     sample: dict[str, Any],
@@ -91,7 +96,7 @@ async def evaluate_conversation(
     With `paired`, each answerable question's `PAIRED_METRICS` are appended to it in question
     order, for paired significance tests between modes.
     """
-    filters = Filters() if granularity == "all" else Filters(granularities=(granularity,))
+    filters = filters_of(granularity)
     options = {**MODES[mode], **(overrides or {})}
     forget_query_vectors(memory)
     for qa in sample["qa"]:
@@ -185,6 +190,45 @@ def answerability_leave_one_out(records: list[dict[str, Any]]) -> dict[str, Any]
         "answerable": len(answerable),
         "chosen": chosen,
     }
+
+
+def answerability_self_calibrated(
+    records: list[dict[str, Any]], tunings: dict[str, Any], scope: str
+) -> dict[str, Any]:
+    """Each conversation's questions judged with the (k, threshold) its own store learned
+    with no labels for the searched `scope` (`recalld calibrate`, else its `all`); the pooled
+    shares over every conversation."""
+    judged = []
+    learned: dict[str, dict[str, float]] = {}
+    for r in records:
+        scopes = (tunings.get(r["conversation"]) or {}).get("answerability") or {}
+        found = scopes.get(scope) or scopes.get(answerability_tune.ALL) or {}
+        k, threshold = int(found.get("k", 1)), float(found.get("threshold", 0.0))
+        learned[r["conversation"]] = {"k": k, "threshold": threshold}
+        value = r[f"ownership@{k}"]
+        judged.append({**r, "rejected": value is not None and value < threshold})
+    unanswerable = [float(r["rejected"]) for r in judged if r["category"] == 5]
+    answerable = [float(r["rejected"]) for r in judged if r["category"] in (1, 2, 3, 4)]
+    return {
+        "rejected": round(metrics.mean(unanswerable), 4),
+        "false_rejection": round(metrics.mean(answerable), 4),
+        "unanswerable": len(unanswerable),
+        "answerable": len(answerable),
+        "learned": learned,
+    }
+
+
+def _significance(paired: dict[str, dict[str, list[float]]], variants: list[str]) -> dict[str, Any]:
+    """Every mode against bm25 and vector; each variant also against `full`, the defaults it
+    changes."""
+    out = metrics.significance(paired)
+    if "full" in paired:
+        against_full = metrics.significance(
+            {n: paired[n] for n in [*variants, "full"] if n in paired}, ("full",)
+        )
+        for name, found in against_full.items():
+            out.setdefault(name, {}).update(found)
+    return out
 
 
 def summarise(scores: Scores, latency: list[float]) -> dict[str, Any]:
@@ -297,9 +341,14 @@ async def run(
         "calibration": tunings or None,
         "word_budgets": list(WORD_BUDGETS),
         "modes": {m: summarise(scores[m], latency[m]) for m in names},
-        "significance": metrics.significance(paired),
+        "significance": _significance(paired, list(variants or {})),
         "per_query": paired,
         "answerability": answerability_leave_one_out(signals)
         if signals
         else None,  # for paired tests across runs (`bench compare`)
+        "answerability_self_calibrated": answerability_self_calibrated(
+            signals, tunings, answerability_tune.scope_of(filters_of(granularity).granularities)
+        )
+        if signals and tunings
+        else None,
     }

@@ -62,7 +62,8 @@ CORPUS_LIMIT_OPTION = click.option(
 CALIBRATE_OPTION = click.option(
     "--calibrate",
     is_flag=True,
-    help="Let each store calibrate its fusion first (timed) and add the mode `calibrated`.",
+    help="Let each store calibrate its fusion and answerability first (timed) and add the mode "
+    "`calibrated`.",
 )
 VARIANT_OPTION = click.option(
     "--variant",

@@ -20,6 +20,7 @@ import fcntl
 import logging
 import os
 import threading
+import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -34,7 +35,7 @@ from recalld.ingest.facts_llm import fact_extractor
 from recalld.ingest.pipeline import Ingestor, IngestReport
 from recalld.ingest.reindex import Reindexer
 from recalld.ingest.supersede_llm import supersession_detector
-from recalld.retrieval import gate, selftune
+from recalld.retrieval import answerability_tune, gate, selftune
 from recalld.retrieval.search import Searcher
 from recalld.storage import records
 from recalld.storage.contract import Store
@@ -372,8 +373,11 @@ class AsyncMemory:
         progress: Callable[[dict[str, Any]], Awaitable[None]] | None = None,
     ) -> selftune.StoreTuning:
         """Choose the store's fusion per content kind from its own content, record it in the
-        store and search with it (when `search.self_tune` is on); see retrieval/selftune.py."""
+        store and search with it (when `search.self_tune` is on); see retrieval/selftune.py.
+        Then learn its answerability threshold the same way (retrieval/answerability_tune.py),
+        used when `search.answerability_self_tune` is on."""
         async with self._calibrating:
+            started = time.perf_counter()
             tuning = await selftune.calibrate(
                 self.store,
                 self.embedder,
@@ -382,9 +386,27 @@ class AsyncMemory:
                 seed=seed,
                 progress=progress,
             )
+            tuning.answerability = await answerability_tune.calibrate(
+                self.store, self._pseudo_search, seed=seed, progress=progress
+            )
+            tuning.seconds = time.perf_counter() - started
             await selftune.record(self.store, tuning)
             self.searcher.tuning = tuning
             return tuning
+
+    async def _pseudo_search(self, text: str, limit: int, granularity: str | None) -> list[Chunk]:
+        """One answerability pseudo-question, searched as configured (in one granularity, or
+        all) but never rejected by answerability: the calibration reads the ownership of what
+        comes back."""
+        found = await self.searcher.search(
+            text,
+            limit=limit,
+            filters=Filters(granularities=(granularity,)) if granularity else NO_FILTERS,
+            answerability_threshold=0.0,
+            budget_tokens=0,
+            expand=0,
+        )
+        return [hit.chunk for hit in found.hits]
 
     async def keep_calibrated(self, stop: asyncio.Event, every_s: float = 5.0) -> None:
         """Calibrate whenever the store has none or has changed enough, until `stop` is set

@@ -211,6 +211,10 @@ class SearchSettings:
     # README, Benchmarks).
     answerability_threshold: float = 0.0
     answerability_k: int = 3
+    # Use the threshold and k the store learned from its own conversations (`recalld
+    # calibrate`, retrieval/answerability_tune.py) instead of the two above; a call that sets
+    # either keeps its own. Off: every rejection costs recall (README, Benchmarks).
+    answerability_self_tune: bool = False
 
 
 @dataclass(frozen=True)

@@ -322,6 +322,30 @@ def test_answerability_threshold_is_chosen_on_the_other_conversations():
     assert out["false_rejection"] == 0.0  # c3's threshold comes from c1 and c2: 0.01 (tie)
 
 
+def test_answerability_judged_with_what_each_store_learned_itself():
+    from bench.locomo import ANSWERABILITY_K, answerability_self_calibrated
+
+    def record(conv: str, category: int, ownership: float | None) -> dict:
+        return {
+            "conversation": conv,
+            "category": category,
+            **{f"ownership@{k}": ownership for k in ANSWERABILITY_K},
+        }
+
+    records = [record("c1", 5, 0.0), record("c1", 4, 0.25), record("c1", 4, None)]
+    records += [record("c2", 5, 0.0), record("c2", 1, 1.0)]
+    learned = {"k": 3, "threshold": 0.3, "queries": 300, "rejected": 0.3, "false_rejection": 0.0}
+    tunings = {
+        "c1": {"answerability": {"all": {**learned, "threshold": 0.1}, "round": learned}},
+        "c2": {"answerability": {"all": learned}},  # no round threshold: its `all` one
+    }
+    out = answerability_self_calibrated(records, tunings, "round")
+    assert out["learned"] == {"c1": {"k": 3, "threshold": 0.3}, "c2": {"k": 3, "threshold": 0.3}}
+    assert out["rejected"] == 1.0 and out["false_rejection"] == round(1 / 3, 4)
+    out = answerability_self_calibrated(records, tunings, "all")
+    assert out["rejected"] == 1.0 and out["false_rejection"] == 0.0
+
+
 def test_beir_corpus_limit_keeps_the_queries_it_can_answer(tmp_path: Path):
     make_beir(tmp_path / "beir")
     args = ["beir", str(tmp_path / "beir"), "--corpus-limit", "2", "--mode", "bm25", "--json"]

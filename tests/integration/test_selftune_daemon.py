@@ -51,7 +51,10 @@ def test_fresh_store_calibrates_in_the_background_without_blocking_searches(
         stop.set()
         searcher.join()
     tuning = status["calibration"]
-    assert status["self_tune"] is True
+    assert status["self_tune"] is True and status["answerability_self_tune"] is False
+    # No conversations: no answerability threshold to learn, and it says why.
+    assert tuning["answerability"]["all"]["threshold"] == 0.0
+    assert "pseudo-questions" in tuning["answerability"]["all"]["skipped"]
     assert tuning["kinds"]["text"]["family"] in tuning["kinds"]["text"]["scores"]
     # It may have started during the ingest: it is redone only when the store grew by 20 %.
     assert 50 <= tuning["chunks"] <= status["counts"]["chunks"]

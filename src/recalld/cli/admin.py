@@ -130,6 +130,12 @@ def status(client: Client, wait: float | None, as_json: bool) -> None:
                 *_privacy_rows(info),
                 ("fusion", fusion_line(info.get("calibration"), info.get("self_tune", False))),
                 (
+                    "answerability",
+                    answerability_line(
+                        info.get("calibration"), info.get("answerability_self_tune", False)
+                    ),
+                ),
+                (
                     "pending",
                     f"{info['pending']} (events {queues['events']}, jobs {queues['jobs']}, "
                     f"scans {queues['scans']}, in flight {queues['in_flight']}"
@@ -167,6 +173,32 @@ def fusion_line(tuning: dict[str, Any] | None, self_tune: bool) -> str:
     )
 
 
+def answerability_line(tuning: dict[str, Any] | None, self_tune: bool | None) -> str:
+    """The answerability thresholds the store learned, and whether searches use them (not
+    said when `self_tune` is None)."""
+    learned = (tuning or {}).get("answerability")
+    if not learned:
+        return "not learned (`recalld calibrate`)"
+    scopes = []
+    for scope, found in sorted(learned.items()):
+        if found.get("skipped"):
+            scopes.append(f"{scope}: nothing learned ({found['skipped']})")
+        elif found["threshold"] <= 0:
+            scopes.append(f"{scope}: off (no threshold separates its pseudo-questions)")
+        else:
+            scopes.append(
+                f"{scope}: threshold {found['threshold']} at k = {found['k']} "
+                f"({found['rejected']:.0%} of {found['queries']} unanswerable pseudo-questions "
+                f"rejected, {found['false_rejection']:.0%} of answerable)"
+            )
+    use = {
+        None: "",
+        True: "; in use",
+        False: "; not in use (search.answerability_self_tune = false)",
+    }[self_tune]
+    return "; ".join(scopes) + use
+
+
 @click.command()
 @client_command
 @pass_client
@@ -194,6 +226,7 @@ def calibrate(client: Client, as_json: bool) -> None:
         table(out, ["kind", "chosen", "pseudo-queries", "MRR@10", "defaults' MRR@10"], rows)
         for kind, why in sorted(tuning["skipped"].items()):
             out.print(f"{kind}: defaults kept ({why})", markup=False)
+        out.print(f"answerability: {answerability_line(tuning, None)}", markup=False)
         out.print(f"{tuning['chunks']} chunks, {tuning['seconds']} s", markup=False)
 
     emit(tuning, as_json, render)

@@ -317,6 +317,7 @@ async def status(ctx: Context, params: Params, progress: Progress) -> Any:
         "counts": counts,
         "calibration": tuning.as_dict() if (tuning := memory.searcher.tuning) else None,
         "self_tune": settings.search.self_tune,
+        "answerability_self_tune": settings.search.answerability_self_tune,
         "queues": depths,
         "pending": sum(depths.values()),
         "errors": counts.get("errors", 0),

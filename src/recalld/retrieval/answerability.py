@@ -122,6 +122,10 @@ class AnswerabilityCheck(Stage):
     async def run(self, query: Query, found: Candidates) -> None:
         k = query.settings.answerability_k
         signals = measure_chunks(query.text, [found.chunks[c] for c in found.order[:k]], k)
-        found.summary["answerability"] = signals.as_dict()
+        found.summary["answerability"] = {
+            **signals.as_dict(),
+            "threshold": query.settings.answerability_threshold,
+            "learned": query.answerability_learned,
+        }
         if found.order and rejects(signals, query.settings.answerability_threshold):
             found.order, found.rejected, found.tier = [], True, "low"

@@ -40,6 +40,8 @@ class Query:
         time_note: What `explain` says about that intent.
         tuned_kind: The content kind self-tuning chose settings for, if any.
         tuned: The fusion settings self-tuning chose ({} when none).
+        answerability_learned: Whether the answerability threshold and k are the ones the
+            store learned (`answerability_self_tune`) rather than the configured ones.
     """
 
     text: str
@@ -52,6 +54,7 @@ class Query:
     time_note: dict[str, Any] | None = None
     tuned_kind: str | None = None
     tuned: Mapping[str, Any] = field(default_factory=dict)
+    answerability_learned: bool = False
 
     @property
     def pool(self) -> int:

@@ -30,7 +30,15 @@ import numpy.typing as npt
 from recalld.config import SearchSettings
 from recalld.embeddings.base import Embedder
 from recalld.errors import QueryError
-from recalld.retrieval import expansion, gate, packing, recall, selftune, temporal
+from recalld.retrieval import (
+    answerability_tune,
+    expansion,
+    gate,
+    packing,
+    recall,
+    selftune,
+    temporal,
+)
 from recalld.retrieval.pipeline import Candidates, Query, run_stages
 from recalld.retrieval.stages import STAGES
 from recalld.retrieval.timeparse import TimeIntent, parse
@@ -186,7 +194,8 @@ class Searcher:
         if not text.strip():
             raise QueryError("the query is empty; pass some words to search for")
         tuned_kind, tuned = self._tuned(filters, overrides)
-        opts, limit = self._settings(limit, {**tuned, **overrides})
+        learned = self._answerability_learned(filters, overrides)
+        opts, limit = self._settings(limit, {**tuned, **learned, **overrides})
         intent, note = await self._time_intent(text, filters) if opts.time_aware else (None, None)
         recall_filters = filters
         if intent is not None and intent.has_range and opts.time_mode == "filter":
@@ -202,6 +211,7 @@ class Searcher:
             note,
             tuned_kind,
             tuned,
+            bool(learned),
         )
 
     def _settings(self, limit: int | None, overrides: dict[str, Any]) -> tuple[SearchSettings, int]:
@@ -255,6 +265,21 @@ class Searcher:
             filters.kinds[0] if len(filters.kinds) == 1 else None
         )
         return kind, tuned
+
+    def _answerability_learned(
+        self, filters: Filters, overrides: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The answerability threshold and k the store learned for the units searched ({}
+        when `answerability_self_tune` is off, none was learned, or the call sets its own)."""
+        if not overrides.get("answerability_self_tune", self.settings.answerability_self_tune):
+            return {}
+        scopes = (self.tuning.answerability if self.tuning is not None else None) or {}
+        scope = answerability_tune.scope_of(filters.granularities)
+        learned = scopes.get(scope) or scopes.get(answerability_tune.ALL)
+        own = ("answerability_threshold", "answerability_k")
+        if learned is None or learned.skipped or any(f in overrides for f in own):
+            return {}
+        return {"answerability_threshold": learned.threshold, "answerability_k": learned.k}
 
     def _tuning_note(
         self, kind: str | None, tuned: Mapping[str, Any], opts: SearchSettings

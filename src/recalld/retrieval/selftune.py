@@ -39,6 +39,7 @@ import numpy.typing as npt
 from recalld.config import SearchSettings
 from recalld.embeddings.base import Embedder
 from recalld.retrieval import completion, fusion
+from recalld.retrieval.answerability_tune import AnswerabilityTuning
 from recalld.storage.contract import Reader, Store
 from recalld.storage.fts import match_expression, query_terms, quote_term
 from recalld.types import Chunk, Filters
@@ -122,6 +123,9 @@ class StoreTuning:
     seconds: float
     version: int = VERSION
     skipped: dict[str, str] = field(default_factory=dict)
+    # The answerability thresholds learned beside the fusion, by scope (`all`, or the one
+    # unit searched; retrieval/answerability_tune.py); None when none was learned.
+    answerability: dict[str, AnswerabilityTuning] | None = None
 
     def settings_for(self, kind: str | None) -> tuple[str | None, dict[str, Any]]:
         """The kind searched (a single filtered kind, else the store's main one) and its
@@ -144,6 +148,9 @@ class StoreTuning:
             "dominant": self.dominant,
             "kinds": {k: v.as_dict() for k, v in self.kinds.items()},
             "skipped": self.skipped,
+            "answerability": {k: v.as_dict() for k, v in self.answerability.items()}
+            if self.answerability is not None
+            else None,
         }
 
     @classmethod
@@ -156,6 +163,9 @@ class StoreTuning:
             seconds=float(data.get("seconds", 0.0)),
             version=int(data.get("version", VERSION)),
             skipped=dict(data.get("skipped", {})),
+            answerability={k: AnswerabilityTuning(**v) for k, v in learned.items()}
+            if (learned := data.get("answerability")) is not None
+            else None,
         )
 
 
