@@ -125,7 +125,8 @@ async def evaluate_conversation(
         if category == "adversarial" or not evidence:
             continue
         hit_ids = [set(h.chunk.meta.get("dia_ids") or []) for h in result.hits]
-        words = [len(h.chunk.text.split()) for h in result.hits]
+        # What a hit returns: its text and any context it carries (a fact's source turn).
+        words = [len(h.chunk.text.split()) + len((h.context or "").split()) for h in result.hits]
         sized = list(zip(hit_ids, words, strict=True))
         first = next((r for r, ids in enumerate(hit_ids[:10], 1) if ids & evidence), None)
         # Questions whose wording the time parser reads (any category) are also scored on

@@ -215,6 +215,10 @@ class SearchSettings:
     # calibrate`, retrieval/answerability_tune.py) instead of the two above; a call that sets
     # either keeps its own. Off: every rejection costs recall (README, Benchmarks).
     answerability_self_tune: bool = False
+    # Facts with their source turn (issue 14, retrieval/fact_source.py): a fact hit carries
+    # the turn it was drawn from as context. Off: at equal budgets of returned words it lost
+    # on LoCoMo (README, Benchmarks).
+    fact_source: bool = False
 
 
 @dataclass(frozen=True)

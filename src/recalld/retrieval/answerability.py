@@ -56,14 +56,29 @@ def stem(word: str) -> str:
     return word
 
 
-def _words(text: str) -> set[str]:
+def words_of(text: str) -> set[str]:
+    """The stems of the text's words."""
     return {stem(w) for w in _WORD.findall(text)}
 
 
 def named_people(query: str, speakers: Sequence[str]) -> tuple[str, ...]:
     """The speakers the query names by first name."""
-    words = _words(query)
+    words = words_of(query)
     return tuple(s for s in speakers if s.split() and stem(s.split()[0]) in words)
+
+
+def turns_of(chunk: Chunk) -> list[tuple[str, str, str]]:
+    """(turn id, speaker, text) of a round's or window's lines; [] when they do not match its
+    turn ids (a round split into parts)."""
+    body = [ln for ln in chunk.text.split("\n") if not ln.startswith("[")]
+    ids = [str(t) for t in chunk.meta.get("turn_ids") or []]
+    if len(body) != len(ids):
+        return []
+    out = []
+    for turn, line in zip(ids, body, strict=True):
+        if m := _LINE.match(line):
+            out.append((turn, m.group(1), m.group(2)))
+    return out
 
 
 def best_turn(chunk: Chunk, terms: set[str]) -> tuple[str, str] | None:
@@ -75,7 +90,7 @@ def best_turn(chunk: Chunk, terms: set[str]) -> tuple[str, str] | None:
         turns = [(str(speakers[0]), chunk.text)]
     best, best_overlap = None, 0
     for speaker, text in turns:
-        overlap = len(terms & _words(text))
+        overlap = len(terms & words_of(text))
         if overlap > best_overlap:
             best, best_overlap = (speaker, text), overlap
     return best

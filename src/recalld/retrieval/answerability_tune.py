@@ -31,7 +31,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from recalld.retrieval.answerability import measure_chunks, stem
+from recalld.retrieval.answerability import measure_chunks, stem, turns_of
 from recalld.storage.contract import Store
 from recalld.storage.fts import query_terms
 from recalld.types import Chunk
@@ -45,7 +45,6 @@ MIN_QUERIES = 20
 WORDS = (1, 3)  # content words of the turn in a pseudo-question (drawn in this range)
 MIN_WORDS = 3  # a turn with fewer content words makes no pseudo-question
 HITS = 20  # deep enough to leave max(KS) hits once the turn's chunks are taken out
-_TURN_LINE = re.compile(r"^([^:\n]{1,60}): (.+)$")
 _PLAIN = re.compile(r"^[A-Za-z]{3,}$")
 UNITS = ("round", "window")  # chunks whose lines are the turns they hold
 ALL = "all"  # the scope of searches not filtered to one unit
@@ -76,20 +75,6 @@ class AnswerabilityTuning:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def turns_of(chunk: Chunk) -> list[tuple[str, str, str]]:
-    """(turn id, speaker, text) of a round's or window's lines; [] when they do not match its
-    turn ids (a round split into parts)."""
-    body = [ln for ln in chunk.text.split("\n") if not ln.startswith("[")]
-    ids = [str(t) for t in chunk.meta.get("turn_ids") or []]
-    if len(body) != len(ids):
-        return []
-    out = []
-    for turn, line in zip(ids, body, strict=True):
-        if m := _TURN_LINE.match(line):
-            out.append((turn, m.group(1), m.group(2)))
-    return out
 
 
 def pseudo_question(

@@ -33,6 +33,7 @@ from recalld.errors import QueryError
 from recalld.retrieval import (
     answerability_tune,
     expansion,
+    fact_source,
     gate,
     packing,
     recall,
@@ -171,6 +172,8 @@ class Searcher:
         opts = asked.settings
         if opts.expand > 0 and hits:
             await expansion.expand(self.store, hits, opts.expand)
+        if opts.fact_source and hits:
+            await fact_source.attach(self.store, hits)
         packed = None
         if opts.budget_tokens and hits:
             hits, packed = await self._pack(hits, opts.budget_tokens)
