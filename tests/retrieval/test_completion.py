@@ -9,6 +9,8 @@ import pytest
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.retrieval import completion
+from recalld.storage.fts import match_expression, query_terms
+from recalld.types import Filters
 from tests.helpers.postgres import VECTOR_INDEX
 
 # Twenty notes sharing a few words in different mixes, so with five candidates per route each
@@ -105,6 +107,28 @@ async def test_completion_is_on_by_default_and_changes_only_hybrid(memory: Async
             QUERY, limit=5, candidates=5, complete_scores=True, fusion=fusion, gate=False
         )
         assert fused.hits and all(len(h.explain["routes"]) == 2 for h in fused.hits)
+
+
+async def test_a_chunk_only_the_vector_route_found_gets_exactly_its_keyword_route_score(
+    memory: AsyncMemory,
+):
+    store = memory.searcher.store
+    expression = match_expression(query_terms(QUERY))
+    # The keyword route over every chunk, and the same route cut to its best three.
+    every = dict(await store.read(lambda c: c.fts(expression, len(NOTES), Filters())))
+    top = dict(await store.read(lambda c: c.fts(expression, 3, Filters())))
+    ids = [
+        cid
+        for of_kind in (await store.read(lambda c: c.chunk_ids_by_kind())).values()
+        for cid in of_kind
+    ]
+    vector_only = {cid: 0.5 for cid in ids if cid not in top}
+    assert any(cid in every for cid in vector_only)  # some of them do match a term
+    completed = await completion.complete(store, None, expression, vector_only, top)
+    for cid in vector_only:
+        assert completed.keyword[cid] == every.get(cid, 0.0), cid  # bit for bit, not approx
+    found = await store.read(lambda c: c.keyword_scores(expression, [*vector_only, 10**9]))
+    assert found == {cid: score for cid, score in every.items() if cid in vector_only}
 
 
 def test_cosines_are_exact_and_safe_for_zero_vectors():

@@ -144,16 +144,20 @@ async def keyword_scores(
 ) -> dict[int, float]:
     """`contract.Reader.keyword_scores` on FTS5 (-bm25, from the whole table's statistics).
 
-    The match runs once and is filtered here: FTS5 does not narrow a MATCH by `rowid IN`, it
-    runs it again per id (measured: 50 ids, 16 ms filtered here against 260 ms).
+    `+rowid` keeps the id list away from FTS5: given `rowid IN` as a constraint it runs the
+    match again per id, recomputing the terms' IDFs each time. As a plain filter the match
+    runs once and only the listed rows are scored (`rank` is read after the filter), where
+    scoring every match and dropping the rest in Python cost ~4x as much (SciFact, 50 ids).
     """
     if not expression or not ids:
         return {}
-    wanted = set(ids)
     rows = await fetchall(
-        conn, "SELECT rowid, rank FROM chunks_fts WHERE chunks_fts MATCH ?", (expression,)
+        conn,
+        "SELECT rowid, rank FROM chunks_fts WHERE chunks_fts MATCH ? "
+        "AND +rowid IN (SELECT value FROM json_each(?))",
+        (expression, json.dumps([int(i) for i in ids])),
     )
-    return {int(r[0]): -float(r[1]) for r in rows if int(r[0]) in wanted}
+    return {int(r[0]): -float(r[1]) for r in rows}
 
 
 async def latest_event_time(conn: aiosqlite.Connection, filters: Filters) -> float | None:
