@@ -5,7 +5,7 @@ FTS5 has real posting lists to merge), and vectors from a topic / subtopic mixtu
 on all-MiniLM-L6-v2's SciFact vectors (mean cosine of random pairs ~0.12, query to 10th
 neighbour ~0.5, and the same Hamming / asymmetric recall at 80 candidates out of 9k). Chunks
 go in through `Writer.replace_document`, 25 per document and 2,000 per transaction, while a
-worker thread draws the next batch.
+worker thread draws the next batch, all inside one `Store.bulk_load` (an initial build).
 
 Each size runs in its own process, so its RSS is its own. Latency is measured on the vector
 route (`Reader.knn`, query embedding excluded), on sqlite-vec's exact KNN (the baseline and
@@ -30,7 +30,8 @@ import numpy.typing as npt
 
 from bench import metrics
 from recalld.storage import records
-from recalld.storage.contract import Writer
+from recalld.storage.contract import Store, Writer
+from recalld.storage.registry import open_store
 from recalld.storage.sqlite.store import SqliteStore
 from recalld.types import NO_FILTERS, ChunkDraft, Filters
 
@@ -214,9 +215,10 @@ def _documents(
 
 async def build(path: Path | str, corpus: Corpus, chunks: int, vector_index: str = "hnsw") -> float:
     """Write a synthetic store of `chunks` chunks at `path` (a SQLite file or a PostgreSQL
-    URL); returns seconds taken."""
+    URL) as one bulk load (`Store.bulk_load`: PostgreSQL builds its HNSW index at the end);
+    returns seconds taken, the index build included."""
     started = time.perf_counter()
-    store = await SqliteStore.open(
+    store = await open_store(
         path,
         model_id=f"synthetic-{corpus.dimension}",
         dimension=corpus.dimension,
@@ -224,26 +226,32 @@ async def build(path: Path | str, corpus: Corpus, chunks: int, vector_index: str
     )
     source = batches(corpus, chunks)
     try:
-        doc = 0
-        written = 0
-        upcoming = asyncio.create_task(asyncio.to_thread(next, source, None))
-        while (batch := await upcoming) is not None:
-            # Draw the next batch in a thread while SQLite writes this one.
-            upcoming = asyncio.create_task(asyncio.to_thread(next, source, None))
-            docs = _documents(doc, batch)
-            doc += len(docs)
-
-            async def write(conn: Writer, docs: list[Any] = docs) -> None:
-                for row, new in docs:
-                    await conn.replace_document(row, new)
-
-            await store.write(write)
-            written += len(batch[0])
-            print(f"\rbuilt {written}/{chunks}", end="", file=sys.stderr)
-        print(file=sys.stderr)
+        async with store.bulk_load():
+            await _write_batches(store, source, chunks)
     finally:
         await store.close()
     return time.perf_counter() - started
+
+
+async def _write_batches(store: Store, source: Iterator[Any], chunks: int) -> None:
+    """The corpus's documents, 80 to a transaction, while a worker thread draws the next batch."""
+    doc = 0
+    written = 0
+    upcoming = asyncio.create_task(asyncio.to_thread(next, source, None))
+    while (batch := await upcoming) is not None:
+        # Draw the next batch in a thread while the store writes this one.
+        upcoming = asyncio.create_task(asyncio.to_thread(next, source, None))
+        docs = _documents(doc, batch)
+        doc += len(docs)
+
+        async def write(conn: Writer, docs: list[Any] = docs) -> None:
+            for row, new in docs:
+                await conn.replace_document(row, new)
+
+        await store.write(write)
+        written += len(batch[0])
+        print(f"\rbuilt {written}/{chunks}", end="", file=sys.stderr)
+    print(file=sys.stderr)
 
 
 def _rss_mb() -> dict[str, float]:

@@ -325,3 +325,19 @@ async def test_check_reports_a_broken_invariant(pg_url: str):
         assert [u["name"] for u in repaired["repair"]["unrepaired"]] == ["chunk_count_mismatch"]
     finally:
         await store.close()
+
+
+async def test_reads_run_read_only_under_the_query_time_limit(pg_url: str):
+    store = await open_store(pg_url, model_id="hash-64", dimension=64, vector_index=VECTOR_INDEX)
+    try:
+        settings = await store.read(
+            lambda r: r.fetchall(
+                "SELECT current_setting('transaction_read_only'), "
+                "current_setting('statement_timeout')"
+            )
+        )
+        assert settings == [("on", "5s")]
+        with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+            await store.read(lambda r: r.fetchall("DELETE FROM chunks"))
+    finally:
+        await store.close()

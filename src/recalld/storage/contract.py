@@ -470,6 +470,14 @@ class Store(Protocol):
         cancelled caller does not cut the transaction short: it runs on to its end."""
         ...
 
+    def bulk_load(self) -> AbstractAsyncContextManager[None]:
+        """A block of many writes into a new store (an initial build, an import).
+
+        Each write in it still commits on its own, and readers stay correct throughout; a
+        backend may defer index upkeep it can rebuild faster in one go (PostgreSQL's HNSW
+        index on an empty store) and rebuilds it before the block ends."""
+        ...
+
     async def close(self) -> None:
         """Close the store (waiting for a running write to finish)."""
         ...

@@ -119,28 +119,27 @@ async def status_targets(conn: PgConn, chunk_ids: Sequence[int]) -> list[int]:
     return [int(r[0]) for r in rows]
 
 
-async def rebuild_structure(conn: PgConn, document_id: int) -> None:
-    """Re-make a document's auto `parent` and `temporal` links from its chunks."""
+async def rebuild_structure(conn: PgConn, document_id: int, *, fresh: bool = False) -> None:
+    """Re-make a document's auto `parent` and `temporal` links from its chunks (`fresh`: the
+    document had no chunks before this transaction, so it has no links to remove)."""
     now = time.time()
-    await conn.run(
-        "DELETE FROM links WHERE origin = 'auto' AND relation IN ('parent', 'temporal') "
-        "AND src IN (SELECT id FROM chunks WHERE document_id = %s)",
-        [document_id],
-    )
+    if not fresh:
+        await conn.run(
+            "DELETE FROM links WHERE origin = 'auto' AND relation IN ('parent', 'temporal') "
+            "AND src IN (SELECT id FROM chunks WHERE document_id = %s)",
+            [document_id],
+        )
+    # Both kinds in one statement. `meta -> 'conversation_id'` keeps the JSON type, as
+    # SQLite's json_extract does.
     await conn.run(
         "INSERT INTO links (src, dst, relation, weight, created_at, origin) "
         "SELECT id, parent_id, 'parent', 1.0, %s, 'auto' FROM chunks "
-        "WHERE document_id = %s AND parent_id IS NOT NULL ON CONFLICT DO NOTHING",
-        [now, document_id],
-    )
-    # `meta -> 'conversation_id'` keeps the JSON type, as SQLite's json_extract does.
-    await conn.run(
-        "INSERT INTO links (src, dst, relation, weight, created_at, origin) "
-        "SELECT id, nxt, 'temporal', 1.0, %s, 'auto' FROM ("
+        "WHERE document_id = %s AND parent_id IS NOT NULL "
+        "UNION ALL SELECT id, nxt, 'temporal', 1.0, %s, 'auto' FROM ("
         "  SELECT id, LEAD(id) OVER (PARTITION BY meta::jsonb -> 'conversation_id' "
         "  ORDER BY position) AS nxt FROM chunks WHERE document_id = %s AND granularity = 'round'"
         ") AS rounds WHERE nxt IS NOT NULL ON CONFLICT DO NOTHING",
-        [now, document_id],
+        [now, document_id, now, document_id],
     )
 
 

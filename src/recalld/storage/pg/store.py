@@ -103,6 +103,10 @@ async def _prepare(
                 )
     if stored["model_id"] != model_id or int(stored["dimension"]) != dimension:
         raise model_mismatch(redact(conn.info.dsn), stored, model_id, dimension)
+    if stored.get("vector_index") == "hnsw" and not await schema.has_hnsw_index(conn):
+        # A bulk load whose process died before its end left the index dropped.
+        logger.warning("building the missing HNSW index of %s", redact(conn.info.dsn))
+        await schema.build_hnsw_index(conn)
     return stored
 
 
@@ -156,6 +160,7 @@ class PgStore(ModelSwitch):
         self._write_lock = asyncio.Lock()
         self._timeout_ms = query_timeout_ms
         self._commits = 0
+        self._bulk = False
         self._init_model_switch()
 
     @property
@@ -238,9 +243,11 @@ class PgStore(ModelSwitch):
         async with self._pool.connection() as conn:
             try:
                 async with conn.transaction():
-                    await conn.execute("SET TRANSACTION READ ONLY")
+                    # One round trip for both (a transaction may turn read-only at any point).
                     await conn.execute(
-                        "SELECT set_config('statement_timeout', %s, true)", (str(self._timeout_ms),)
+                        "SELECT set_config('transaction_read_only', 'on', true), "
+                        "set_config('statement_timeout', %s, true)",
+                        (str(self._timeout_ms),),
                     )
                     yield PgConn(conn, self.identity, self.dimension)
             except psycopg.errors.QueryCanceled as exc:
@@ -281,6 +288,38 @@ class PgStore(ModelSwitch):
             if bump:
                 self._commits += 1
             return result
+
+    @contextlib.asynccontextmanager
+    async def bulk_load(self) -> AsyncIterator[None]:
+        """See `contract.Store.bulk_load`. On a store with an HNSW index and no vectors yet, the
+        index is dropped for the block and built over every vector at its end, several times
+        faster than keeping it up row by row; readers meanwhile scan exactly (slower, same
+        answers). The index is built even when the block fails; if the process dies inside it,
+        the next `open_url` builds it. Nested blocks and isolated stores defer nothing."""
+        if self._bulk or self.isolated:
+            yield
+            return
+        self._bulk = True
+        try:
+            deferred = await shielded(self._defer_index())
+            try:
+                yield
+            finally:
+                if deferred:
+                    await shielded(self._build_index())
+        finally:
+            self._bulk = False
+
+    async def _defer_index(self) -> bool:
+        async with self._write_lock, self._pool.connection() as conn:
+            try:
+                return await schema.defer_hnsw_index(conn)
+            except psycopg.errors.InsufficientPrivilege:
+                return False  # another role owns the table: keep the index up row by row
+
+    async def _build_index(self) -> None:
+        async with self._write_lock, self._pool.connection() as conn:
+            await schema.build_hnsw_index(conn)
 
     async def check_vector_index(self) -> tuple[int, int] | None:
         """None: there is no in-memory vector index to check (pgvector's lives in the database)."""

@@ -35,13 +35,26 @@ async def _document_id(conn: PgConn, source: str) -> int | None:
     return int(rows[0][0]) if rows else None
 
 
+# The `chunks` columns a new chunk is written with: `records.chunk_rows`' order, after the id
+# (allocated up front, so parents and vectors can point at chunks before they are copied in).
+_CHUNK_COLUMNS = (
+    "id", "document_id", "position", "kind", "granularity", "key", "text", "content_hash",
+    "token_count", "tags", "memory_type", "importance", "event_time", "created_at", "meta",
+    "parent_id",
+)  # fmt: skip
+_VECTOR_COLUMNS = ("chunk_id", "embedding", "kind", "granularity")
+_VECTOR_TYPES = ("int8", "halfvec", "text", "text")
+
+
 async def replace_document(
     conn: PgConn, doc: NewDocument, chunks: Sequence[NewChunk], *, structure_links: bool = True
 ) -> int:
-    """Replace a document and its chunks in the caller's transaction.
+    """See `contract.Writer.replace_document` (auto links in the same transaction too).
 
-    With `structure_links`, the document's `parent` and `temporal` links are made too; the
-    chunks' auto links (`ingest.autolink`) are written in the same transaction.
+    New chunks and their vectors go in by `COPY` with ids drawn from the identity sequence
+    first, so a document costs a handful of round trips whatever its size, not one statement
+    per chunk; the document row is written complete at once (the transaction makes it appear
+    with its chunks or not at all).
 
     Returns:
         The document id.
@@ -49,19 +62,21 @@ async def replace_document(
     now = time.time()
     await _lock_source(conn, doc.source)
     rows = await conn.fetch(
-        "INSERT INTO documents (source, kind, format, content_hash, state, mtime, size, "
-        "created_at, updated_at, os_user, host) "
-        "VALUES (%s, %s, %s, %s, 'partial', %s, %s, %s, %s, %s, %s) "
+        "INSERT INTO documents (source, kind, format, content_hash, state, chunk_count, mtime, "
+        "size, created_at, updated_at, os_user, host) "
+        "VALUES (%s, %s, %s, %s, 'complete', %s, %s, %s, %s, %s, %s, %s) "
         "ON CONFLICT (scope, source) DO UPDATE SET kind = excluded.kind, "
-        "format = excluded.format, content_hash = excluded.content_hash, state = 'partial', "
-        "mtime = excluded.mtime, size = excluded.size, updated_at = excluded.updated_at, "
-        "written_by = current_user, os_user = excluded.os_user, host = excluded.host "
+        "format = excluded.format, content_hash = excluded.content_hash, state = 'complete', "
+        "chunk_count = excluded.chunk_count, mtime = excluded.mtime, size = excluded.size, "
+        "updated_at = excluded.updated_at, written_by = current_user, "
+        "os_user = excluded.os_user, host = excluded.host "
         "RETURNING id",
         [
             doc.source,
             doc.kind,
             doc.format,
             doc.content_hash,
+            len(chunks),
             doc.mtime,
             doc.size,
             now,
@@ -71,45 +86,57 @@ async def replace_document(
         ],
     )
     doc_id = int(rows[0][0])
-    existing = {
-        (str(r[1]), str(r[2])): int(r[0])
-        for r in await conn.fetch(
-            "SELECT id, key, content_hash FROM chunks WHERE document_id = %s", [doc_id]
-        )
-    }
+    stored = await conn.fetch(
+        "SELECT id, key, content_hash FROM chunks WHERE document_id = %s", [doc_id]
+    )
+    existing = {(str(r[1]), str(r[2])): int(r[0]) for r in stored}
     kept, inserts, stale = chunk_rows(doc_id, doc, chunks, existing, now)
     await delete_chunks(conn, stale)
     await conn.run_many("UPDATE chunks SET position = %s, parent_id = NULL WHERE id = %s", kept)
-    await conn.run_many(
-        "INSERT INTO chunks (document_id, position, kind, granularity, key, text, "
-        "content_hash, token_count, tags, memory_type, importance, event_time, "
-        "created_at, meta) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-        inserts,
-    )
-    ids_by_key = {
-        str(r[0]): int(r[1])
-        for r in await conn.fetch("SELECT key, id FROM chunks WHERE document_id = %s", [doc_id])
-    }
+    new_ids = await _next_chunk_ids(conn, len(inserts))
+    kept_ids = {cid for _, cid in kept}
+    ids_by_key = {key: cid for (key, _), cid in existing.items() if cid in kept_ids}
+    ids_by_key.update((str(row[4]), cid) for row, cid in zip(inserts, new_ids, strict=True))
     embedded, parents, found = chunk_links(chunks, ids_by_key)
+    # New chunks carry their parent in the COPY (the foreign key is checked at the statement's
+    # end, so a parent later in the same COPY is fine); kept chunks get theirs by UPDATE.
+    parent_of = {child: parent for parent, child in parents}
+    await conn.copy_rows(
+        "chunks",
+        _CHUNK_COLUMNS,
+        ((cid, *row, parent_of.get(cid)) for row, cid in zip(inserts, new_ids, strict=True)),
+    )
     await insert_vectors(conn, embedded)
-    await conn.run_many("UPDATE chunks SET parent_id = %s WHERE id = %s", parents)
+    await conn.run_many(
+        "UPDATE chunks SET parent_id = %s WHERE id = %s",
+        [(parent, child) for parent, child in parents if child in kept_ids],
+    )
     # Links in the same transaction, so a search never sees a document without them (issue 8).
     if structure_links:
-        await links.rebuild_structure(conn, doc_id)
+        await links.rebuild_structure(conn, doc_id, fresh=not stored)
     await links.add(conn, found, origin="auto")
-    await conn.run(
-        "UPDATE documents SET state = 'complete', chunk_count = %s, updated_at = %s WHERE id = %s",
-        [len(chunks), now, doc_id],
-    )
     return doc_id
+
+
+async def _next_chunk_ids(conn: PgConn, count: int) -> list[int]:
+    """`count` new chunk ids from the identity sequence (what `INSERT` would have drawn)."""
+    if not count:
+        return []
+    rows = await conn.fetch(
+        "SELECT nextval(pg_get_serial_sequence('chunks', 'id')) FROM generate_series(1, %s)",
+        [count],
+    )
+    return [int(r[0]) for r in rows]
 
 
 async def insert_vectors(conn: PgConn, rows: Sequence[tuple[Any, ...]]) -> None:
     """Store the vectors of new chunks `(chunk_id, vector, kind, granularity)` in the caller's
-    transaction."""
-    await conn.run_many(
-        "INSERT INTO chunks_vec (chunk_id, embedding, kind, granularity) VALUES (%s, %s, %s, %s)",
-        [(cid, np.ascontiguousarray(v, dtype=np.float32), k, g) for cid, v, k, g in rows],
+    transaction (binary `COPY`: float16s as they are stored)."""
+    await conn.copy_rows(
+        "chunks_vec",
+        _VECTOR_COLUMNS,
+        ((cid, np.ascontiguousarray(v, dtype=np.float32), k, g) for cid, v, k, g in rows),
+        _VECTOR_TYPES,
     )
 
 

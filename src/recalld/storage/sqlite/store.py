@@ -195,6 +195,11 @@ class SqliteStore(ModelSwitch):
 
         return check
 
+    @contextlib.asynccontextmanager
+    async def bulk_load(self) -> AsyncIterator[None]:
+        """Nothing to defer: FTS5 and the vector cascade keep up with row-by-row writes."""
+        yield
+
     async def close(self) -> None:
         """Close every connection (waiting for a running write to finish)."""
         async with self._write_lock:
