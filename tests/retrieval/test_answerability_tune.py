@@ -11,6 +11,7 @@ from recalld.cli.admin import answerability_line
 from recalld.config import load_settings
 from recalld.retrieval import answerability_tune, selftune
 from recalld.types import Chunk, Filters
+from tests.helpers.postgres import VECTOR_INDEX
 
 TOPICS = [
     ("planted", "tomatoes", "basil", "garden"),
@@ -71,9 +72,12 @@ def sample() -> dict[str, object]:
     }
 
 
-@pytest.fixture
-async def memory(tmp_path: Path):
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def memory(request: pytest.FixtureRequest, tmp_path: Path):
     env = {"RECALLD_HOME": str(tmp_path), "RECALLD_EMBED__MODEL": "hash:64"}
+    if request.param == "postgresql":
+        env["RECALLD_STORE__PATH"] = request.getfixturevalue("pg_url")
+        env["RECALLD_STORE__VECTOR_INDEX"] = VECTOR_INDEX
     settings = load_settings(None, env).settings
     async with await AsyncMemory.open(settings) as opened:
         data = json.dumps(sample()).encode()

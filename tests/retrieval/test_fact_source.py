@@ -10,6 +10,7 @@ from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.retrieval import fact_source
 from recalld.types import Filters
+from tests.helpers.postgres import VECTOR_INDEX
 
 SAMPLE = {
     "sample_id": "conv-f",
@@ -28,9 +29,12 @@ SAMPLE = {
 FACTS = Filters(granularities=("fact",))
 
 
-@pytest.fixture
-async def memory(tmp_path: Path):
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def memory(request: pytest.FixtureRequest, tmp_path: Path):
     env = {"RECALLD_HOME": str(tmp_path), "RECALLD_EMBED__MODEL": "hash:64"}
+    if request.param == "postgresql":
+        env["RECALLD_STORE__PATH"] = request.getfixturevalue("pg_url")
+        env["RECALLD_STORE__VECTOR_INDEX"] = VECTOR_INDEX
     settings = load_settings(None, env).settings
     async with await AsyncMemory.open(settings) as opened:
         await opened.ingestor.ingest_bytes("locomo:f", "locomo.json", json.dumps(SAMPLE).encode())

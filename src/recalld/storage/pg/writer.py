@@ -203,7 +203,7 @@ async def count_use(conn: PgConn, chunk_ids: Sequence[int], *, retrieval: bool) 
 
 async def set_meta(conn: PgConn, key: str, value: str) -> None:
     """Set one value of the store's `meta` table."""
-    await conn.execute(
+    await conn.run(  # `%s` placeholders: `run`, not `execute` (which takes `?`)
         "INSERT INTO meta (key, value) VALUES (%s, %s) "
         "ON CONFLICT (key) DO UPDATE SET value = excluded.value",
         [key, value],
