@@ -104,6 +104,26 @@ class AutoLinker:
         self.counts = {"similar": 0, "supersedes": 0}
         self._unfiltered = False
 
+    def searches(
+        self,
+        drafts: Sequence[ChunkDraft],
+        vectors: Sequence[npt.NDArray[np.float32] | None],
+    ) -> bool:
+        """Whether `links_for` these drafts reads the store (so it must see every document
+        written before them committed), or finds no candidates without looking."""
+        return self.settings.auto and bool(self._picked(drafts, vectors))
+
+    def _picked(
+        self,
+        drafts: Sequence[ChunkDraft],
+        vectors: Sequence[npt.NDArray[np.float32] | None],
+    ) -> list[int]:
+        # The new chunks of the granularities that are compared.
+        wanted = set(self.settings.granularities)
+        return [
+            i for i, d in enumerate(drafts) if vectors[i] is not None and d.granularity in wanted
+        ]
+
     async def links_for(
         self,
         drafts: Sequence[ChunkDraft],
@@ -112,10 +132,7 @@ class AutoLinker:
     ) -> list[tuple[AutoLink, ...]]:
         """The auto links of each draft (empty for chunks kept as stored)."""
         out: list[list[AutoLink]] = [[] for _ in drafts]
-        wanted = set(self.settings.granularities)
-        picked = [
-            i for i, d in enumerate(drafts) if vectors[i] is not None and d.granularity in wanted
-        ]
+        picked = self._picked(drafts, vectors)
         if not self.settings.auto or not picked:
             return [tuple(links) for links in out]
         candidates = await self._stored(drafts, vectors, picked, document_id)

@@ -1,8 +1,13 @@
 """Turning sources into stored chunks: read, hash-skip, chunk, embed what changed, write.
 
 Blocking work (file reads, chunking, tokenising, inference) runs in worker threads; the store
-write is one transaction per document. Chunks whose key and content are already stored keep
-their vectors, so re-ingesting a grown log embeds only its new rounds.
+write is one transaction per call (all its documents or none; a document whose auto links
+search the store first waits for those before it to commit). Several calls may run at once
+(`ingest.overlap`): they take turns at the model, and calls given places in a `WriteOrder`
+write in that order, so one call's files are read and chunked, and another's written, while
+the model embeds. Chunks whose
+key and content are already stored keep their vectors, so re-ingesting a grown log embeds only
+its new rounds.
 
 With an LLM fact extractor, conversation logs are parsed again after chunking, their rounds go
 to the extractor (on the event loop: it is network-bound), and the chunks are rebuilt with its
@@ -12,6 +17,7 @@ facts. If the endpoint fails, the rounds are stored with heuristic facts and a n
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import os
@@ -39,6 +45,7 @@ from recalld.embeddings.base import Embedder
 from recalld.errors import IngestError, NotFoundError, RecalldError, UnsupportedFormatError
 from recalld.ingest.autolink import AutoLinker
 from recalld.ingest.facts_llm import LLMFactExtractor
+from recalld.ingest.overlap import Place
 from recalld.ingest.supersede_llm import LLMSupersessionDetector
 from recalld.safe_io import call_with_timeout, open_regular
 from recalld.storage import records
@@ -73,6 +80,25 @@ class _Prepared:
     size: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class _Embedded:
+    """What `_embed_docs` made of a call's documents."""
+
+    version: int  # the store's model version the vectors come from
+    found: list[list[tuple[np.ndarray | None, int]]]  # per document, per chunk: (vector, tokens)
+    stored_ids: dict[int, int]  # document index -> id of its stored earlier version
+
+
+@dataclass(frozen=True, slots=True)
+class _Ready:
+    """A document with its chunks and links, ready to write."""
+
+    d_index: int
+    doc: _Prepared
+    row: records.NewDocument
+    chunks: list[records.NewChunk]
+
+
 SKIPPED = "skipped"  # the kind of a document recorded for a file no chunker takes
 
 
@@ -83,6 +109,29 @@ def _skipped(source: str, file_type: str, mtime: float | None, size: int | None)
     parsed = ChunkedSource(SKIPPED, file_type, [], [note])
     # A hash no content has, so a rename is never matched to a skipped file.
     return _Prepared(source, f"{SKIPPED}:{file_type}", parsed, mtime, size)
+
+
+def _report(ready: _Ready, doc_id: int) -> IngestReport:
+    """What ingesting a written document did (and the log lines saying so)."""
+    doc, chunks = ready.doc, ready.chunks
+    embedded = sum(1 for c in chunks if c.vector is not None)
+    status = "ingested" if chunks else "empty"
+    skipped_type = ""
+    if doc.parsed.kind == SKIPPED:
+        status, skipped_type = "skipped", doc.parsed.format
+    logger.info("ingested %s: %d chunks (%d embedded)", doc.source, len(chunks), embedded)
+    if doc.parsed.unreadable:
+        logger.warning("%s: %d chunks left out as unreadable", doc.source, doc.parsed.unreadable)
+    return IngestReport(
+        doc.source,
+        status,
+        doc_id,
+        len(chunks),
+        embedded,
+        list(doc.parsed.notes),
+        skipped_type,
+        doc.parsed.unreadable,
+    )
 
 
 def content_hash(data: bytes) -> str:
@@ -219,6 +268,9 @@ class Ingestor:
         self.batch_size = batch_size
         self.facts = facts if chunking.facts else None
         self.linker = AutoLinker(store, links or LinkSettings(), supersession)
+        # Concurrent calls embed one at a time: the embedder is not assumed thread-safe, and
+        # the model already uses every core.
+        self._model_lock = asyncio.Lock()
 
     def use_privacy(self, privacy: PrivacySettings) -> None:
         """Redact (or not) by these settings from the next ingest, memory or import on (a
@@ -281,6 +333,7 @@ class Ingestor:
         items: Sequence[tuple[str, str, bytes, float | None, int | None]],
         *,
         redact: bool = True,
+        place: Place | None = None,
     ) -> list[IngestReport]:
         """Ingest several sources, sharing embedding batches between them.
 
@@ -288,10 +341,26 @@ class Ingestor:
             items: `(source, name, data, mtime, size)` each.
             redact: False stores the text unredacted even when redaction is on (the user
                 asked for it: `ingest --allow-secrets`).
+            place: This call's place in a `WriteOrder` shared with overlapping calls: its
+                documents are written after theirs; None: whenever they are ready.
+
+        Calls may overlap (`ingest.overlap.InFlight`): each keeps its own model batches.
 
         Raises:
             IngestError: For the first source that failed, after the others were ingested.
         """
+        try:
+            return await self._ingest_many(items, redact, place)
+        finally:
+            if place is not None:
+                place.leave()
+
+    async def _ingest_many(
+        self,
+        items: Sequence[tuple[str, str, bytes, float | None, int | None]],
+        redact: bool,
+        place: Place | None,
+    ) -> list[IngestReport]:
         options = self.options if redact else replace(self.options, redact=False)
         reports: list[IngestReport | None] = [None] * len(items)
         prepared: list[tuple[int, _Prepared]] = []
@@ -318,7 +387,7 @@ class Ingestor:
                 first_error = first_error or exc
                 continue
             prepared.append((index, _Prepared(source, digest, parsed, mtime, size)))
-        for index, report in await self._embed_and_write([p for _, p in prepared]):
+        for index, report in await self._embed_and_write([p for _, p in prepared], place):
             reports[prepared[index][0]] = report
         if first_error is not None:
             raise first_error
@@ -362,12 +431,20 @@ class Ingestor:
             chunks = mark_redactions(chunks)
         return ChunkedSource(parsed.kind, parsed.format, chunks, notes)
 
-    async def _embed_and_write(self, docs: list[_Prepared]) -> list[tuple[int, IngestReport]]:
+    async def _embed_and_write(
+        self, docs: list[_Prepared], place: Place | None = None
+    ) -> list[tuple[int, IngestReport]]:
         # A reindex may swap the store's model between embedding and writing: each write
         # checks, in its transaction, that the vectors come from the store's model, and the
         # documents not yet written are embedded again with the new one.
+        embedded = await self._embed_docs(docs)
+        async with place.turn() if place is not None else contextlib.nullcontext():
+            return await self._write_docs(docs, embedded)
+
+    async def _embed_docs(self, docs: list[_Prepared]) -> _Embedded:
+        """The model version, and each document's chunks' new vectors and token counts (None
+        and 0 for chunks whose key and content are stored: they keep theirs)."""
         version = await self.store.model_settled()
-        # Which chunks are new? Unchanged ones keep their stored vectors.
         todo: list[tuple[int, int, ChunkDraft]] = []
         stored_ids: dict[int, int] = {}
         for d_index, doc in enumerate(docs):
@@ -382,16 +459,32 @@ class Ingestor:
                 if known.get(draft.key) != records.chunk_hash(draft):
                     todo.append((d_index, c_index, draft))
         texts = [draft.text for _, _, draft in todo]
-        vectors = await self.embed(texts)
+        async with self._model_lock:
+            vectors = await self.embed(texts)
         counts = await asyncio.to_thread(self._count_tokens, texts)
         new = {(d, c): (vectors[i], counts[i]) for i, (d, c, _) in enumerate(todo)}
+        found = [
+            [new.get((d_index, c_index), (None, 0)) for c_index in range(len(doc.parsed.chunks))]
+            for d_index, doc in enumerate(docs)
+        ]
+        return _Embedded(version, found, stored_ids)
+
+    async def _write_docs(
+        self, docs: list[_Prepared], embedded: _Embedded
+    ) -> list[tuple[int, IngestReport]]:
+        """Write the documents in as few transactions as their auto links allow."""
         reports: list[tuple[int, IngestReport]] = []
+        group: list[_Ready] = []
         for d_index, doc in enumerate(docs):
-            found = [
-                new.get((d_index, c_index), (None, 0)) for c_index in range(len(doc.parsed.chunks))
-            ]
+            found = embedded.found[d_index]
+            vectors = [v for v, _ in found]
+            if group and self.linker.searches(doc.parsed.chunks, vectors):
+                # Its links look for earlier documents in the store: commit those first.
+                if not await self._write_group(group, embedded.version, reports):
+                    return reports + await self._again(docs, reports)
+                group = []
             autolinks = await self.linker.links_for(
-                doc.parsed.chunks, [v for v, _ in found], stored_ids.get(d_index)
+                doc.parsed.chunks, vectors, embedded.stored_ids.get(d_index)
             )
             chunks = [
                 records.NewChunk(draft, count, vector, links)
@@ -409,51 +502,70 @@ class Ingestor:
                 # Every chunk has an event time (issue 8): undated ones take the file's mtime.
                 doc.mtime if doc.mtime is not None else time.time(),
             )
-
-            async def write(
-                conn: Writer,
-                row: records.NewDocument = row,
-                chunks: list[records.NewChunk] = chunks,
-            ) -> int:
-                if self.store.model_changed(version):
-                    raise _ModelChanged
-                doc_id = await conn.replace_document(
-                    row, chunks, structure_links=self.linker.settings.auto
-                )
-                await conn.clear_errors(row.source)
-                return doc_id
-
-            try:
-                doc_id = await self.store.write(write)
-            except _ModelChanged:
-                again = await self._embed_and_write(docs[d_index:])
-                return reports + [(d_index + i, report) for i, report in again]
-            embedded = sum(1 for c in chunks if c.vector is not None)
-            status = "ingested" if chunks else "empty"
-            skipped_type = ""
-            if doc.parsed.kind == SKIPPED:
-                status, skipped_type = "skipped", doc.parsed.format
-            logger.info("ingested %s: %d chunks (%d embedded)", doc.source, len(chunks), embedded)
-            if doc.parsed.unreadable:
-                logger.warning(
-                    "%s: %d chunks left out as unreadable", doc.source, doc.parsed.unreadable
-                )
-            reports.append(
-                (
-                    d_index,
-                    IngestReport(
-                        doc.source,
-                        status,
-                        doc_id,
-                        len(chunks),
-                        embedded,
-                        list(doc.parsed.notes),
-                        skipped_type,
-                        doc.parsed.unreadable,
-                    ),
-                )
-            )
+            group.append(_Ready(d_index, doc, row, chunks))
+        if group and not await self._write_group(group, embedded.version, reports):
+            return reports + await self._again(docs, reports)
         return reports
+
+    async def _again(
+        self, docs: list[_Prepared], reports: list[tuple[int, IngestReport]]
+    ) -> list[tuple[int, IngestReport]]:
+        """Embed and write again, with the store's new model, the documents not yet written
+        (a reindex swapped the model after they were embedded); `reports` holds those that
+        were, the first ones in order."""
+        start = len(reports)
+        rest = docs[start:]
+        again = await self._write_docs(rest, await self._embed_docs(rest))
+        return [(start + i, report) for i, report in again]
+
+    async def _write_group(
+        self, group: list[_Ready], version: int, reports: list[tuple[int, IngestReport]]
+    ) -> bool:
+        """Write documents in one transaction, adding their reports; when it fails, write each
+        alone, so a document that cannot be written takes none of the others with it.
+
+        Returns:
+            False when a reindex swapped the store's model after the vectors were made: the
+            documents not reported are not written and must be embedded again.
+
+        Raises:
+            Exception: Why the first document that failed alone failed, after the others
+                went in.
+        """
+
+        async def write(conn: Writer) -> list[int]:
+            if self.store.model_changed(version):
+                raise _ModelChanged
+            ids = []
+            for ready in group:
+                ids.append(
+                    await conn.replace_document(
+                        ready.row, ready.chunks, structure_links=self.linker.settings.auto
+                    )
+                )
+                await conn.clear_errors(ready.row.source)
+            return ids
+
+        try:
+            ids = await self.store.write(write)
+        except _ModelChanged:
+            return False
+        except Exception:
+            if len(group) == 1:
+                raise
+            first: Exception | None = None
+            for one in group:
+                try:
+                    if not await self._write_group([one], version, reports):
+                        return False
+                except Exception as exc:
+                    first = first or exc
+            if first is not None:
+                raise first from None
+            return True
+        for ready, doc_id in zip(group, ids, strict=True):
+            reports.append((ready.d_index, _report(ready, doc_id)))
+        return True
 
     def import_redaction(self) -> Redact | None:
         """How `import` redacts texts as ingest does (`storage.importer`); None when

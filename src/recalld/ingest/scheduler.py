@@ -43,6 +43,7 @@ from recalld.errors import (
     StoreFullError,
 )
 from recalld.ingest.admission import IGNORE_FILES, Admission, Scope
+from recalld.ingest.overlap import InFlight, Place, WriteOrder
 from recalld.ingest.pipeline import (
     SKIPPED,
     Ingestor,
@@ -568,34 +569,50 @@ class Scheduler:
                 total += 1
         report = BatchReport()
         batch: list[Job] = []
+        order = WriteOrder()  # documents are written in walk order, as one batch at a time did
 
-        async def flush() -> None:
-            if progress is not None:
-                # The batch's first file, so that a slow one shows while it is worked on.
-                await progress({"current": os.fspath(batch[0].path), "total": total})
-            report.add(await self.process(batch, explicit=True, allow_secrets=allow_secrets))
-            if progress is not None:
-                await progress(
-                    {
-                        "done": report.files,
-                        "total": max(total, report.files),
-                        "path": os.fspath(batch[-1].path),
-                        "chunks": report.chunks,
-                        "embedded": report.embedded,
-                        "failed": report.failed,
-                    }
+        async def one(jobs: list[Job]) -> tuple[list[Job], BatchReport]:
+            place = order.place()  # before any await: batches take places in walk order
+            try:
+                if progress is not None:
+                    # The batch's first file, so that a slow one shows while it is worked on.
+                    await progress({"current": os.fspath(jobs[0].path), "total": total})
+                done = await self.process(
+                    jobs, explicit=True, allow_secrets=allow_secrets, place=place
                 )
-            batch.clear()
+            finally:
+                place.leave()
+            return jobs, done
 
-        if is_file:
-            batch.append(Job(root))
-        else:
-            async for state in walk(root, self.wanted, scope, self.ingestor.read_timeout_s):
-                batch.append(Job(state.path))
-                if len(batch) >= self.batch_files:
-                    await flush()
-        if batch:
-            await flush()
+        async def finished(done: list[tuple[list[Job], BatchReport]]) -> None:
+            for jobs, part in done:
+                report.add(part)
+                if progress is not None:
+                    await progress(
+                        {
+                            "done": report.files,
+                            "total": max(total, report.files),
+                            "path": os.fspath(jobs[-1].path),
+                            "chunks": report.chunks,
+                            "embedded": report.embedded,
+                            "failed": report.failed,
+                        }
+                    )
+
+        # A few batches at once: the next files are read and chunked, and the last written,
+        # while the model embeds (`ingest.overlap`); each batch keeps its own model batches.
+        async with InFlight[tuple[list[Job], BatchReport]]() as flight:
+            if is_file:
+                batch.append(Job(root))
+            else:
+                async for state in walk(root, self.wanted, scope, self.ingestor.read_timeout_s):
+                    batch.append(Job(state.path))
+                    if len(batch) >= self.batch_files:
+                        await finished(await flight.add(one(batch)))
+                        batch = []
+            if batch:
+                await finished(await flight.add(one(batch)))
+            await finished(await flight.drain())
         logger.info(
             "ingested %s: %d files, %d chunks (%d embedded), %d failed",
             root,
@@ -607,7 +624,12 @@ class Scheduler:
         return report
 
     async def process(
-        self, jobs: Iterable[Job], *, explicit: bool = False, allow_secrets: bool = False
+        self,
+        jobs: Iterable[Job],
+        *,
+        explicit: bool = False,
+        allow_secrets: bool = False,
+        place: Place | None = None,
     ) -> BatchReport:
         """Bring each job's path in line with the store.
 
@@ -617,6 +639,8 @@ class Scheduler:
                 follow folders (a watcher event on a folder queues a scan of it instead).
                 The deny-list of secret-bearing files still applies.
             allow_secrets: Let in files on the deny-list too.
+            place: Where the batch's documents are written among overlapping batches
+                (`Ingestor.ingest_many`).
         """
         report = BatchReport()
         latest: dict[Path, Job] = {}
@@ -666,7 +690,7 @@ class Scheduler:
                 reads.append(found)
         await self._remove(gone, reads, report)
         if reads:
-            await self._ingest(reads, report, explicit, allow_secrets)
+            await self._ingest(reads, report, explicit, allow_secrets, place)
         return report
 
     def _admit_and_read(
@@ -736,6 +760,7 @@ class Scheduler:
         report: BatchReport,
         explicit: bool = False,
         allow_secrets: bool = False,
+        place: Place | None = None,
     ) -> None:
         todo: list[_Read] = []
         for item in reads:
@@ -755,7 +780,8 @@ class Scheduler:
             return
         items = [(r.source, r.path.name, r.data, r.mtime, r.size) for r in todo]
         try:
-            for result in await self.ingestor.ingest_many(items, redact=not allow_secrets):
+            results = await self.ingestor.ingest_many(items, redact=not allow_secrets, place=place)
+            for result in results:
                 self._count(report, result)
                 self._failed.pop(result.source, None)
             for item in todo:
