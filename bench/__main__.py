@@ -410,9 +410,22 @@ def scale(
 @main.command()
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @store_dir_option("Where to put the store (emptied first: ingest is timed from scratch).")
+@click.option(
+    "--via",
+    type=click.Choice(["api", "daemon"]),
+    default="api",
+    show_default=True,
+    help="Ingest through the API in this process, or through a `recalld serve` started on "
+    "the store folder (`recalld ingest FOLDER`).",
+)
 @REPORT_OPTIONS
 def ingest(
-    folder: Path, store_dir: Path | None, sets: tuple[str, ...], results: Path, as_json: bool
+    folder: Path,
+    store_dir: Path | None,
+    via: str,
+    sets: tuple[str, ...],
+    results: Path,
+    as_json: bool,
 ) -> None:
     """Pipeline throughput (files to searchable) beside the embedding model alone."""
     import shutil
@@ -423,7 +436,7 @@ def ingest(
     data = workdir / "data"
     if data.exists():
         shutil.rmtree(data)
-    report = asyncio.run(ingest_bench.run(folder, workdir, overrides(sets)))
+    report = asyncio.run(ingest_bench.run(folder, workdir, overrides(sets), via))
     header = ["run", "seconds", "chunks/s", "MB/s"]
     rows = [
         [

@@ -1,15 +1,20 @@
 """Ingest throughput: files to searchable chunks, beside the embedding model alone.
 
-The pipeline run goes through `AsyncMemory`'s `Ingestor.ingest_many` into a fresh store, the
-way the daemon ingests (read, hash, chunk, embed in shared batches, one transaction per
-document); its clock stops when the last document is committed, i.e. searchable. The model
-run then embeds the very same chunk texts (chunked again with the same options, so nothing is
-read from the store) in batches of the same size. Their ratio is the pipeline's overhead.
+The pipeline run goes into a fresh store either through the API (`AsyncMemory`'s
+`Ingestor.ingest_many`, a few calls of `FILES_PER_CALL` files in flight, as the daemon's
+`ingest_now` runs its batches: read, hash, chunk, embed in shared batches, one transaction per
+call) or through a real daemon (`--via daemon`: `recalld serve` on the work folder, timed
+around the client's `ingest` of the folder); its clock stops when the last document is
+committed, i.e. searchable. The model run then embeds the very same chunk texts (chunked again
+with the same options, so nothing is read from the store) in batches of the same size. Their
+ratio is the pipeline's overhead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -19,8 +24,11 @@ from typing import Any
 from bench.common import bench_settings, load_model
 from recalld.api import AsyncMemory
 from recalld.chunkers import ChunkOptions, chunk_file
+from recalld.client import Client
+from recalld.config import ENV_PREFIX
 from recalld.embeddings.base import Embedder
-from recalld.errors import RecalldError
+from recalld.errors import DaemonError, RecalldError
+from recalld.ingest.overlap import InFlight, WriteOrder
 
 FILES_PER_CALL = 32
 
@@ -59,29 +67,94 @@ def _model_only(
     return texts, time.perf_counter() - started
 
 
-async def run(folder: Path, workdir: Path, overrides: dict[str, str]) -> dict[str, Any]:
-    """Ingest every file under `folder` into a fresh store in `workdir`, then time the model."""
+async def _through_api(memory: AsyncMemory, paths: list[Path]) -> tuple[int, int]:
+    """Ingest `paths` in calls of `FILES_PER_CALL`, a few in flight; (bytes, failed calls)."""
+    total_bytes = 0
+    failed = 0
+    done = 0
+    order = WriteOrder()
+
+    async def one(batch: list[Path]) -> int:
+        nonlocal total_bytes, failed
+        place = order.place()  # before any await: calls write in file order
+        try:
+            items = await asyncio.to_thread(_read, batch)
+            total_bytes += sum(len(item[2]) for item in items)
+            await memory.ingestor.ingest_many(items, place=place)
+        except RecalldError:
+            # ingest_many raises for the first bad file after ingesting the others.
+            failed += 1
+        finally:
+            place.leave()
+        return len(batch)
+
+    async with InFlight[int]() as flight:
+        for start in range(0, len(paths), FILES_PER_CALL):
+            for count in await flight.add(one(paths[start : start + FILES_PER_CALL])):
+                done += count
+                print(f"\ringested {done}/{len(paths)} files", end="", file=sys.stderr)
+        for count in await flight.drain():
+            done += count
+            print(f"\ringested {done}/{len(paths)} files", end="", file=sys.stderr)
+    print(file=sys.stderr)
+    return total_bytes, failed
+
+
+def _through_daemon(folder: Path, workdir: Path, overrides: dict[str, str]) -> tuple[float, int]:
+    """Start `recalld serve` on `workdir`, time the client's ingest of `folder` (blocking);
+    (seconds, failed files)."""
+    socket = workdir / "d.sock"
+    env = {k: v for k, v in os.environ.items() if not k.startswith((ENV_PREFIX, "XDG_"))}
+    env.update({"RECALLD_HOME": str(workdir), "RECALLD_DAEMON__SOCKET": str(socket)})
+    for key, value in overrides.items():
+        env[ENV_PREFIX + key.upper().replace(".", "__")] = value
+    log = (workdir / "daemon.log").open("ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "recalld", "serve"], env=env, stdout=log, stderr=log
+    )
+    client = Client(socket, timeout=600)
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                client.status()
+                break
+            except DaemonError:
+                client.close()
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the daemon did not start; see {log.name}") from None
+                time.sleep(0.1)
+        client.search("warm up")  # loads the model
+        started = time.perf_counter()
+        report = client.ingest(folder)
+        seconds = time.perf_counter() - started
+        return seconds, int(report.get("failed", 0))
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(60)
+        log.close()
+
+
+async def run(
+    folder: Path, workdir: Path, overrides: dict[str, str], via: str = "api"
+) -> dict[str, Any]:
+    """Ingest every file under `folder` into a fresh store in `workdir` through the API or a
+    daemon (`via`), then time the model."""
     settings = bench_settings(workdir, overrides)
     embedder = load_model(settings)
     await asyncio.to_thread(embedder.embed, ["warm up"])
     paths = list(iter_files(folder))
-    memory = await AsyncMemory.open(settings, embedder=embedder)
-    total_bytes = 0
+    total_bytes = sum(p.stat().st_size for p in paths)
     failed = 0
+    if via == "daemon":
+        pipeline_s, failed = await asyncio.to_thread(_through_daemon, folder, workdir, overrides)
+    memory = await AsyncMemory.open(settings, embedder=embedder)
     try:
-        started = time.perf_counter()
-        for start in range(0, len(paths), FILES_PER_CALL):
-            items = await asyncio.to_thread(_read, paths[start : start + FILES_PER_CALL])
-            total_bytes += sum(len(item[2]) for item in items)
-            try:
-                await memory.ingestor.ingest_many(items)
-            except RecalldError:
-                # ingest_many raises for the first bad file after ingesting the others.
-                failed += 1
-            done = min(start + FILES_PER_CALL, len(paths))
-            print(f"\ringested {done}/{len(paths)} files", end="", file=sys.stderr)
-        print(file=sys.stderr)
-        pipeline_s = time.perf_counter() - started
+        if via == "api":
+            started = time.perf_counter()
+            total_bytes, failed = await _through_api(memory, paths)
+            pipeline_s = time.perf_counter() - started
         stored = (await memory.counts())["chunks"]
         options = memory.ingestor.options
     finally:
@@ -93,9 +166,11 @@ async def run(folder: Path, workdir: Path, overrides: dict[str, str]) -> dict[st
     megabytes = total_bytes / 2**20
     return {
         "folder": str(folder),
+        "via": via,
         "model": embedder.model_id,
         "files": len(paths),
-        "failed_batches": failed,
+        # API: calls that raised (for their first bad file); daemon: files that failed.
+        "failed_batches" if via == "api" else "failed_files": failed,
         "megabytes": round(megabytes, 2),
         "chunks": stored,
         "batch_size": settings.embed.batch_size,
