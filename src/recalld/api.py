@@ -420,7 +420,7 @@ class AsyncMemory:
                     if selftune.is_stale(self.searcher.tuning, total):
                         tuning = await self.calibrate()
                         logger.info(
-                            "fusion calibrated in %.1f s: %s", tuning.seconds, tuning.summary()
+                            "store calibrated in %.1f s: %s", tuning.seconds, tuning.summary()
                         )
             except RecalldError as exc:
                 logger.warning("fusion calibration failed: %s", exc.message)

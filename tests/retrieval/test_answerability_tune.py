@@ -160,6 +160,7 @@ async def test_recorded_with_the_fusion_shown_and_used_when_switched_on(memory: 
     raw = await memory.store.read(lambda c: c.meta_value(selftune.META_KEY))
     recorded = json.loads(raw)["answerability"]
     assert recorded == {k: v.as_dict() for k, v in tuning.answerability.items()}
+    assert f"answerability all: {learned.threshold} at k = {learned.k}" in tuning.summary()
     loaded = await selftune.load(memory.store)
     assert loaded is not None and loaded.answerability == tuning.answerability
 

@@ -135,9 +135,14 @@ class StoreTuning:
         return kind, (dict(choice.settings) if choice else {})
 
     def summary(self) -> str:
-        """One line: the family each kind chose."""
+        """One line: the family each kind chose, and the answerability threshold per scope."""
         chosen = [f"{k}: {v.family}" for k, v in sorted(self.kinds.items())]
-        return ", ".join(chosen) or "every kind kept the defaults"
+        learned = [
+            f"answerability {scope}: {found.threshold} at k = {found.k}"
+            for scope, found in sorted((self.answerability or {}).items())
+            if not found.skipped
+        ]
+        return ", ".join((chosen or ["every kind kept the defaults"]) + learned)
 
     def as_dict(self) -> dict[str, Any]:
         return {
