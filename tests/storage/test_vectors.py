@@ -186,6 +186,19 @@ async def test_kind_and_granularity_filters_run_inside_the_cascade(filled):
     assert len(chunks) == 5 and {ch.source for ch in chunks.values()} == {"doc1.md"}
 
 
+async def test_vectors_by_id_are_the_bytes_chunks_vec_holds(filled):
+    store, _ = filled
+    doc2 = await store.read(lambda c: c.fetchall("SELECT id FROM chunks WHERE document_id = 3"))
+    assert len(doc2) == 100
+    await put(store, "doc1.md", clustered(100, seed=7))  # replaced: new chunks, new vectors
+    await store.write(lambda c: c.delete_document("doc2.md"))
+    rows = await store.read(lambda c: c.fetchall("SELECT chunk_id, embedding FROM chunks_vec"))
+    stored = {int(r[0]): bytes(r[1]) for r in rows}
+    asked = [*stored, *(int(r[0]) for r in doc2), 10**9]  # and ids with no vector
+    got = await store.read(lambda c: c.vectors_by_id(asked, DIM))
+    assert {cid: v.tobytes() for cid, v in got.items()} == stored
+
+
 @pytest.mark.parametrize("route", ["cascade", "memory"])
 async def test_index_follows_replace_delete_and_move(filled, route):
     store, data = filled

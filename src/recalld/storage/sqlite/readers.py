@@ -270,14 +270,19 @@ async def chunks_by_id(conn: aiosqlite.Connection, ids: Sequence[int]) -> dict[i
 async def vectors_by_id(
     conn: aiosqlite.Connection, ids: Sequence[int], dimension: int
 ) -> dict[int, npt.NDArray[np.float32]]:
-    """Stored vectors by chunk id."""
+    """Stored vectors by chunk id.
+
+    Read from `vector_floats`, the plain-table copy of `chunks_vec` (same bytes; `check`
+    verifies the mirror): its primary key makes this a few point lookups, where vec0 scans
+    itself (SciFact, 14k chunks, 34 ids: 0.2 ms against 32 ms).
+    """
     if not ids:
         return {}
     rows = await fetchall(
         conn,
-        "SELECT chunk_id, embedding FROM chunks_vec WHERE chunk_id IN "
+        "SELECT chunk_id, embedding FROM vector_floats WHERE chunk_id IN "
         "(SELECT value FROM json_each(?))",
-        (json.dumps(list(ids)),),
+        (json.dumps([int(i) for i in ids]),),
     )
     return {int(r[0]): np.frombuffer(r[1], dtype=np.float32, count=dimension) for r in rows}
 
