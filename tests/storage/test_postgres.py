@@ -341,3 +341,30 @@ async def test_reads_run_read_only_under_the_query_time_limit(pg_url: str):
             await store.read(lambda r: r.fetchall("DELETE FROM chunks"))
     finally:
         await store.close()
+
+
+async def test_keyword_statistics_follow_the_stores_own_commits(pg_url: str):
+    from recalld.embeddings.base import HashEmbedder
+    from recalld.storage import records
+    from recalld.types import NO_FILTERS, ChunkDraft
+
+    embedder = HashEmbedder(64)
+    store = await open_store(pg_url, model_id="hash-64", dimension=64, vector_index=VECTOR_INDEX)
+
+    async def put(source: str, text: str) -> None:
+        doc = records.NewDocument(source, "text", "markdown", "h-" + source)
+        chunk = records.NewChunk(ChunkDraft(text=text, key="k"), 3, embedder.embed([text])[0])
+        await store.write(lambda c: c.replace_document(doc, [chunk]))
+
+    try:
+        await put("a.md", "zebra crossing ahead")
+        await put("b.md", "quiet street ahead")
+        assert await store.read(lambda r: r.document_frequencies(['"zebra"', '"ahead"'])) == [1, 2]
+        [(first, before)] = await store.read(lambda r: r.fts('"zebra"', 5, NO_FILTERS))
+        await put("c.md", "zebra herd")
+        # Counted again after this store's commit: the rarer term now, the lower its weight.
+        assert await store.read(lambda r: r.document_frequencies(['"zebra"', '"ahead"'])) == [2, 2]
+        after = dict(await store.read(lambda r: r.fts('"zebra"', 5, NO_FILTERS)))
+        assert len(after) == 2 and after[first] < before
+    finally:
+        await store.close()

@@ -12,13 +12,16 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
-from psycopg.adapt import Dumper
+from psycopg.adapt import Dumper, Loader
 from psycopg.pq import Format
 from psycopg.types import TypeInfo
+
+if TYPE_CHECKING:
+    from recalld.storage.pg.term_stats import TermStats
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,16 +47,31 @@ def _translate(sql: str) -> str:
 class PgConn:
     """One pooled connection inside a read or write transaction (see module docstring)."""
 
-    def __init__(self, conn: psycopg.AsyncConnection[Any], writer: Writer, dimension: int):
+    def __init__(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        writer: Writer,
+        dimension: int,
+        term_stats: TermStats | None = None,
+    ):
         self.conn = conn
         self.writer = writer
         self.dimension = dimension
+        # The store's cache of keyword document frequencies (reads only; None: count afresh).
+        self.term_stats = term_stats
 
     async def fetch(self, sql: str, params: Sequence[Any] | None = None) -> list[Any]:
         """Run a `%s`-style query and return every row as a tuple."""
         async with self.conn.cursor() as cursor:
             await cursor.execute(sql, params)
             return list(await cursor.fetchall()) if cursor.description else []
+
+    async def fetch_binary(self, sql: str, params: Sequence[Any] | None = None) -> list[Any]:
+        """`fetch` with results in binary: `halfvec` columns arrive as float32 numpy vectors
+        (`VectorLoader`) instead of text to parse."""
+        async with self.conn.cursor(binary=True) as cursor:
+            await cursor.execute(sql, params)
+            return list(await cursor.fetchall())
 
     async def run(self, sql: str, params: Sequence[Any] | None = None) -> int:
         """Run a `%s`-style statement; returns the affected row count."""
@@ -119,6 +137,17 @@ class VectorDumper(Dumper):
         return struct.pack(">HH", array.shape[0], 0) + array.tobytes()
 
 
+class VectorLoader(Loader):
+    """pgvector's binary `halfvec` (see `VectorDumper`) to a float32 numpy vector: the same
+    values `embedding::real[]` gives, without formatting and parsing them as text."""
+
+    format = Format.BINARY
+
+    def load(self, data: Any) -> np.ndarray[Any, np.dtype[np.float32]]:
+        (dimension,) = struct.unpack_from(">H", data)
+        return np.frombuffer(data, dtype=">f2", count=dimension, offset=4).astype(np.float32)
+
+
 async def register_vector(conn: psycopg.AsyncConnection[Any]) -> None:
     """Teach a connection to send numpy arrays as `halfvec` values."""
     info = await TypeInfo.fetch(conn, "halfvec")
@@ -127,8 +156,4 @@ async def register_vector(conn: psycopg.AsyncConnection[Any]) -> None:
     info.register(conn)  # so binary COPY can name the type (`PgConn.copy_rows`)
     dumper = type("BoundVectorDumper", (VectorDumper,), {"oid": info.oid})
     conn.adapters.register_dumper(np.ndarray, dumper)
-
-
-def vector_from_list(values: Sequence[float]) -> np.ndarray[Any, np.dtype[np.float32]]:
-    """A vector read back as `embedding::real[]`."""
-    return np.asarray(values, dtype=np.float32)
+    conn.adapters.register_loader(info.oid, VectorLoader)

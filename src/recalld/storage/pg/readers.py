@@ -23,7 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.storage import shared_sql
-from recalld.storage.pg.handle import PgConn, vector_from_list
+from recalld.storage.pg import term_stats
+from recalld.storage.pg.handle import PgConn
 from recalld.storage.records import CHUNK_COLUMNS, DOCUMENT_COLUMNS, row_to_chunk, row_to_document
 from recalld.types import Chunk, Document, Filters
 
@@ -100,22 +101,24 @@ async def knn(
     return await exact_knn(conn, vector, k, filters)
 
 
-# The query's distinct terms with their BM25 IDF, for `fts` and `keyword_scores` alike.
-# MATERIALIZED: each term's tsquery is built once, not once per row, and the GIN index then
-# answers `tsv @@ q` for each term. The chunk total for IDF is the planner's row estimate
-# (kept fresh by autovacuum's ANALYZE; counted only before the first ANALYZE), as count(*)
-# scans the whole table on PostgreSQL.
+# The query's distinct terms with their BM25 IDF, for `fts` and `keyword_scores` alike, from
+# each term's document frequency and the chunk total (`term_stats`: counted once per store
+# generation). MATERIALIZED: each term's tsquery is built once, not once per row, and the GIN
+# index then answers `tsv @@ q` for each term.
 _WEIGHTED_TERMS = (
-    "WITH terms AS MATERIALIZED (SELECT q FROM (SELECT DISTINCT recalld_term(t) AS q "
-    "  FROM unnest(%s::text[]) t) x WHERE numnode(q) > 0), "
-    "total AS MATERIALIZED (SELECT CASE WHEN reltuples < 0 "
-    "  THEN (SELECT count(*) FROM chunks) ELSE reltuples::bigint END AS n "
-    "  FROM pg_class WHERE oid = 'chunks'::regclass), "
+    "WITH terms AS MATERIALIZED (SELECT DISTINCT ON (q) q, n FROM (SELECT recalld_term(t) AS q, n "
+    "  FROM unnest(%s::text[], %s::bigint[]) AS u(t, n)) x WHERE numnode(q) > 0 ORDER BY q, n), "
     "weighted AS MATERIALIZED (SELECT q, "
-    "  ln(1 + (greatest(total.n, df.n) - df.n + 0.5) / (df.n + 0.5)) AS idf "
-    "  FROM terms CROSS JOIN total "
-    "  CROSS JOIN LATERAL (SELECT count(*) AS n FROM chunks WHERE tsv @@ terms.q) df) "
+    "  ln(1 + (greatest(%s::bigint, n) - n + 0.5) / (n + 0.5)) AS idf FROM terms) "
 )
+
+
+async def _term_weights(conn: PgConn, terms: list[str]) -> list[Any]:
+    """The parameters of `_WEIGHTED_TERMS`: the terms, their document frequencies, the total."""
+    stats = conn.term_stats
+    if stats is None:
+        return [terms, await term_stats.count(conn, terms), await term_stats.total(conn)]
+    return [terms, await stats.frequencies(conn, terms), await stats.chunk_total(conn)]
 
 
 async def fts(conn: PgConn, expression: str, k: int, filters: Filters) -> list[tuple[int, float]]:
@@ -129,7 +132,7 @@ async def fts(conn: PgConn, expression: str, k: int, filters: Filters) -> list[t
         _WEIGHTED_TERMS + "SELECT c.id, sum(w.idf * ts_rank(c.tsv, w.q, 1)) AS score "
         f"FROM weighted w JOIN chunks c ON c.tsv @@ w.q {join} WHERE {where} "
         "GROUP BY c.id ORDER BY score DESC, c.id LIMIT %s",
-        [terms, *params, k],
+        [*await _term_weights(conn, terms), *params, k],
     )
     return [(int(r[0]), float(r[1])) for r in rows]
 
@@ -142,7 +145,7 @@ async def keyword_scores(conn: PgConn, expression: str, ids: Sequence[int]) -> d
     rows = await conn.fetch(
         _WEIGHTED_TERMS + "SELECT c.id, sum(w.idf * ts_rank(c.tsv, w.q, 1)) AS score "
         "FROM weighted w JOIN chunks c ON c.tsv @@ w.q WHERE c.id = ANY(%s) GROUP BY c.id",
-        [terms, list(ids)],
+        [*await _term_weights(conn, terms), list(ids)],
     )
     return {int(r[0]): float(r[1]) for r in rows}
 
@@ -189,11 +192,14 @@ async def document_frequency(conn: PgConn, expression: str) -> int:
 
 
 async def document_frequencies(conn: PgConn, expressions: Sequence[str]) -> list[int]:
-    """`document_frequency` of each expression, in one statement (one count per column)."""
+    """`document_frequency` of each expression: from the store's term statistics when each is
+    one term (the retrieval layer's case), else in one statement (one count per column)."""
+    split = [terms_of(e) for e in expressions]
+    if conn.term_stats is not None and all(len(t) == 1 for t in split):
+        return await conn.term_stats.frequencies(conn, [t[0] for t in split])
     counts: list[str] = []
     params: list[str] = []
-    for expression in expressions:
-        terms = terms_of(expression)
+    for terms in split:
         if terms:
             query = " || ".join(["recalld_term(%s)"] * len(terms))
             counts.append(f"(SELECT count(*) FROM chunks WHERE tsv @@ ({query}))")
@@ -257,11 +263,10 @@ async def vectors_by_id(
     """Stored vectors by chunk id."""
     if not ids:
         return {}
-    rows = await conn.fetch(
-        "SELECT chunk_id, embedding::real[] FROM chunks_vec WHERE chunk_id = ANY(%s)",
-        [list(ids)],
+    rows = await conn.fetch_binary(
+        "SELECT chunk_id, embedding FROM chunks_vec WHERE chunk_id = ANY(%s)", [list(ids)]
     )
-    return {int(r[0]): vector_from_list(r[1])[:dimension] for r in rows}
+    return {int(r[0]): r[1][:dimension] for r in rows}
 
 
 async def neighbours(conn: PgConn, document_id: int, position: int, window: int) -> list[Chunk]:

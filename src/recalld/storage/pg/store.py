@@ -28,6 +28,7 @@ from recalld.storage.pg import schema
 from recalld.storage.pg.access import PgReader, PgWriter
 from recalld.storage.pg.handle import PgConn, Writer, register_vector
 from recalld.storage.pg.repair import repair_store
+from recalld.storage.pg.term_stats import TermStats
 from recalld.storage.records import SPEC_KEY, model_mismatch
 from recalld.storage.repair_report import RepairReport
 
@@ -161,6 +162,7 @@ class PgStore(ModelSwitch):
         self._timeout_ms = query_timeout_ms
         self._commits = 0
         self._bulk = False
+        self._term_stats = TermStats(lambda: self.generation)
         self._init_model_switch()
 
     @property
@@ -249,7 +251,7 @@ class PgStore(ModelSwitch):
                         "set_config('statement_timeout', %s, true)",
                         (str(self._timeout_ms),),
                     )
-                    yield PgConn(conn, self.identity, self.dimension)
+                    yield PgConn(conn, self.identity, self.dimension, self._term_stats)
             except psycopg.errors.QueryCanceled as exc:
                 raise QueryError(
                     f"query took longer than {self._timeout_ms / 1000:g} s and was stopped; "
