@@ -22,9 +22,12 @@ This module only knows framing and message shapes; it imports nothing from the d
 from __future__ import annotations
 
 import json
-from typing import Any, NamedTuple
 
-from recalld.masking import mask, mask_value
+# typing, and the regular expressions of `recalld.masking`, are left out of a client's start-up
+# (`recalld search`, issue 20): mypy reads this block, Python skips it.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 PROTOCOL_VERSION = 1
 JSONRPC = "2.0"
@@ -96,9 +99,9 @@ class RpcError(Exception):
         return error_response(self.request_id, self.code, self.message, self.data)
 
 
-class Request(NamedTuple):
-    """A parsed request or notification (a NamedTuple: the `dataclasses` module, and `inspect`
-    with it, would cost every client's start-up some 5-15 ms, issue 20).
+class Request:
+    """A parsed request or notification (a plain class: `dataclasses` or `typing.NamedTuple`
+    would cost every client's start-up some ms, issue 20).
 
     Attributes:
         method: The method name.
@@ -107,10 +110,32 @@ class Request(NamedTuple):
         is_notification: True when the message had no `id` member at all.
     """
 
-    method: str
-    params: dict[str, Any]
-    id: RequestId = None
-    is_notification: bool = False
+    __slots__ = ("id", "is_notification", "method", "params")
+
+    def __init__(
+        self,
+        method: str,
+        params: dict[str, Any],
+        id: RequestId = None,
+        is_notification: bool = False,
+    ) -> None:
+        self.method = method
+        self.params = params
+        self.id = id
+        self.is_notification = is_notification
+
+    def _fields(self) -> tuple[str, dict[str, Any], RequestId, bool]:
+        return (self.method, self.params, self.id, self.is_notification)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Request) and self._fields() == other._fields()
+
+    def __repr__(self) -> str:
+        method, params, request_id, is_notification = self._fields()
+        return (
+            f"Request(method={method!r}, params={params!r}, id={request_id!r}, "
+            f"is_notification={is_notification!r})"
+        )
 
 
 def dumps(message: dict[str, Any]) -> bytes:
@@ -182,6 +207,8 @@ def error_response(
 ) -> dict[str, Any]:
     """An error response; `data` is left out when empty. A URL's password in the message or
     the data is masked (`recalld.masking`): errors end up in terminals and logs."""
+    from recalld.masking import mask, mask_value  # only for errors: a client never needs it
+
     error: dict[str, Any] = {"code": code, "message": mask(message)}
     if data:
         error["data"] = mask_value(data)
@@ -226,14 +253,24 @@ def parse_request(line: bytes | str) -> Request:
     return Request(method=method, params=params, id=request_id, is_notification="id" not in message)
 
 
-class Incoming(NamedTuple):
+class Incoming:
     """A message the client received: a response to one of its requests, or a notification."""
 
-    id: RequestId
-    method: str | None
-    params: dict[str, Any]
-    result: Any
-    error: dict[str, Any] | None
+    __slots__ = ("error", "id", "method", "params", "result")
+
+    def __init__(
+        self,
+        id: RequestId,
+        method: str | None,
+        params: dict[str, Any],
+        result: Any,
+        error: dict[str, Any] | None,
+    ) -> None:
+        self.id = id
+        self.method = method
+        self.params = params
+        self.result = result
+        self.error = error
 
     @property
     def is_notification(self) -> bool:

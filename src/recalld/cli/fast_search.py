@@ -13,9 +13,13 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import Any
 
 from recalld.cli.searching import SEARCH_MODES
+
+# typing is left out of `recalld search`'s start-up (issue 20): mypy reads this block only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 FLAGS = {"--json": "as_json", "--explain": "explain", "--no-time": "no_time"}
 # Each option and the command's parameter it sets.

@@ -9,9 +9,12 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Any
 
+# typing is left out of `recalld search`'s start-up (issue 20): mypy reads this block only.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from rich.console import Console
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 from recalld import protocol
 from recalld.errors import (
@@ -18,6 +17,11 @@ from recalld.errors import (
     RecalldError,
     error_classes,
 )
+
+# typing is left out of `recalld search`'s start-up (issue 20): mypy reads this block only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TypeAlias
 
 DEFAULT_TIMEOUT = 120.0
 
@@ -68,7 +72,7 @@ JOB_WAIT_MAX_S = 10.0
 RECONNECT_S = 30.0
 RECONNECT_PAUSE_S = 0.5
 
-ProgressCallback = Callable[[dict[str, Any]], object]
+ProgressCallback: TypeAlias = "Callable[[dict[str, Any]], object]"
 
 _PROTOCOL_CODES = frozenset(
     {

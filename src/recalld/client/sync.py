@@ -10,7 +10,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
 
 from recalld import protocol
 from recalld.client.base import (
@@ -44,6 +43,11 @@ from recalld.client.base import (
     wait_slice,
 )
 from recalld.errors import DaemonBusy, DaemonError, DaemonNotRunning, RecalldError
+
+# typing is left out of `recalld search`'s start-up (issue 20): mypy reads this block only.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO, Any
 
 
 def _closed_by_peer(sock: socket.socket) -> bool:
