@@ -1,7 +1,7 @@
 """The launcher's fast `recalld search` (issue 20): the same bytes and exit codes as the click
 command for every form it accepts or hands over, and a plain search that imports no click,
-asyncio, ssl, rich, numpy, pydantic, settings, dataclasses or typing (a guard on what it imports, not a
-timing)."""
+asyncio, ssl, rich, numpy, pydantic, settings, dataclasses or typing (a guard on what it
+imports, not a timing)."""
 
 from __future__ import annotations
 
