@@ -437,21 +437,28 @@ def ingest(
     if data.exists():
         shutil.rmtree(data)
     report = asyncio.run(ingest_bench.run(folder, workdir, overrides(sets), via))
-    header = ["run", "seconds", "chunks/s", "MB/s"]
+    header = ["run", "seconds", "CPU s", "chunks/s", "MB/s"]
     rows = [
         [
             "pipeline",
             report["pipeline"]["seconds"],
+            report["pipeline"]["cpu_seconds"],
             report["pipeline"]["chunks_per_s"],
             report["pipeline"]["mb_per_s"],
         ],
-        ["model only", report["model_only"]["seconds"], report["model_only"]["chunks_per_s"], ""],
+        [
+            "model only",
+            report["model_only"]["seconds"],
+            report["model_only"]["cpu_seconds"],
+            report["model_only"]["chunks_per_s"],
+            "",
+        ],
     ]
     _emit("ingest", report, as_json, results, rows, header)
     if not as_json:
         click.echo(
             f"{report['files']} files, {report['megabytes']} MB, {report['chunks']} chunks; "
-            f"pipeline / model time: {report['overhead_ratio']}"
+            f"pipeline / model time: {report['overhead_ratio']}, CPU time: {report['cpu_ratio']}"
         )
 
 

@@ -7,7 +7,9 @@ call) or through a real daemon (`--via daemon`: `recalld serve` on the work fold
 around the client's `ingest` of the folder); its clock stops when the last document is
 committed, i.e. searchable. The model run then embeds the very same chunk texts (chunked again
 with the same options, so nothing is read from the store) in batches of the same size. Their
-ratio is the pipeline's overhead.
+ratio is the pipeline's overhead. Both runs also report the CPU time they took (every thread
+of the process; the daemon's read from /proc), which a loaded machine disturbs far less than
+wall time: the CPU ratio is the pipeline's own work, whether or not it overlaps the model's.
 """
 
 from __future__ import annotations
@@ -50,10 +52,24 @@ def _read(paths: list[Path]) -> list[tuple[str, str, bytes, float | None, int | 
     return items
 
 
+def _cpu_seconds(pid: int | None = None) -> float | None:
+    """CPU time (user + system, all threads) of this process or of `pid` (from /proc; None
+    where there is no /proc)."""
+    if pid is None:
+        return time.process_time()
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    # utime and stime, fields 14 and 15 of stat(5), counted after the ")" from field 3.
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _model_only(
     paths: list[Path], options: ChunkOptions, embedder: Embedder, batch: int
-) -> tuple[list[str], float]:
-    """Chunk the files again and time the model alone on their texts (blocking)."""
+) -> tuple[list[str], float, float]:
+    """Chunk the files again and time the model alone on their texts (blocking); (texts,
+    seconds, CPU seconds)."""
     texts: list[str] = []
     for path in paths:
         try:
@@ -61,10 +77,10 @@ def _model_only(
         except RecalldError:
             continue
         texts.extend(draft.text for draft in parsed.chunks)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for start in range(0, len(texts), batch):
         embedder.embed(texts[start : start + batch])
-    return texts, time.perf_counter() - started
+    return texts, time.perf_counter() - started, time.process_time() - cpu
 
 
 async def _through_api(memory: AsyncMemory, paths: list[Path]) -> tuple[int, int]:
@@ -100,9 +116,11 @@ async def _through_api(memory: AsyncMemory, paths: list[Path]) -> tuple[int, int
     return total_bytes, failed
 
 
-def _through_daemon(folder: Path, workdir: Path, overrides: dict[str, str]) -> tuple[float, int]:
+def _through_daemon(
+    folder: Path, workdir: Path, overrides: dict[str, str]
+) -> tuple[float, float | None, int]:
     """Start `recalld serve` on `workdir`, time the client's ingest of `folder` (blocking);
-    (seconds, failed files)."""
+    (seconds, the daemon's CPU seconds, failed files)."""
     socket = workdir / "d.sock"
     env = {k: v for k, v in os.environ.items() if not k.startswith((ENV_PREFIX, "XDG_"))}
     env.update({"RECALLD_HOME": str(workdir), "RECALLD_DAEMON__SOCKET": str(socket)})
@@ -125,10 +143,11 @@ def _through_daemon(folder: Path, workdir: Path, overrides: dict[str, str]) -> t
                     raise RuntimeError(f"the daemon did not start; see {log.name}") from None
                 time.sleep(0.1)
         client.search("warm up")  # loads the model
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), _cpu_seconds(proc.pid)
         report = client.ingest(folder)
-        seconds = time.perf_counter() - started
-        return seconds, int(report.get("failed", 0))
+        seconds, cpu_after = time.perf_counter() - started, _cpu_seconds(proc.pid)
+        cpu_s = cpu_after - cpu if cpu is not None and cpu_after is not None else None
+        return seconds, cpu_s, int(report.get("failed", 0))
     finally:
         client.close()
         proc.terminate()
@@ -148,19 +167,22 @@ async def run(
     total_bytes = sum(p.stat().st_size for p in paths)
     failed = 0
     if via == "daemon":
-        pipeline_s, failed = await asyncio.to_thread(_through_daemon, folder, workdir, overrides)
+        pipeline_s, pipeline_cpu, failed = await asyncio.to_thread(
+            _through_daemon, folder, workdir, overrides
+        )
     memory = await AsyncMemory.open(settings, embedder=embedder)
     try:
         if via == "api":
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             total_bytes, failed = await _through_api(memory, paths)
             pipeline_s = time.perf_counter() - started
+            pipeline_cpu = time.process_time() - cpu
         stored = (await memory.counts())["chunks"]
         options = memory.ingestor.options
     finally:
         await memory.close()
 
-    texts, model_s = await asyncio.to_thread(
+    texts, model_s, model_cpu = await asyncio.to_thread(
         _model_only, paths, options, embedder, settings.embed.batch_size
     )
     megabytes = total_bytes / 2**20
@@ -178,12 +200,17 @@ async def run(
             "seconds": round(pipeline_s, 2),
             "chunks_per_s": round(stored / pipeline_s, 1) if pipeline_s else None,
             "mb_per_s": round(megabytes / pipeline_s, 3) if pipeline_s else None,
+            "cpu_seconds": round(pipeline_cpu, 2) if pipeline_cpu is not None else None,
         },
         "model_only": {
             "texts": len(texts),
             "seconds": round(model_s, 2),
             "chunks_per_s": round(len(texts) / model_s, 1) if model_s else None,
+            "cpu_seconds": round(model_cpu, 2),
         },
         "overhead_ratio": round(pipeline_s / model_s, 2) if model_s else None,
+        "cpu_ratio": (
+            round(pipeline_cpu / model_cpu, 2) if pipeline_cpu is not None and model_cpu else None
+        ),
         "overrides": overrides,
     }

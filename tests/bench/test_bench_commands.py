@@ -1,6 +1,8 @@
 """The benchmark commands run end to end on tiny data sets made here (with the test embedder)."""
 
 import json
+import shutil
+import tempfile
 from pathlib import Path
 
 from click.testing import CliRunner
@@ -355,3 +357,24 @@ def test_beir_corpus_limit_keeps_the_queries_it_can_answer(tmp_path: Path):
     report = json.loads(result.stdout)
     assert report["documents"] == 2 and report["queries"] == 2
     assert report["modes"]["bm25"]["queries"] == 2
+
+
+def test_ingest_command_through_the_api_and_a_daemon(tmp_path: Path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(40):
+        (folder / f"n{i:02d}.md").write_text(f"# Note {i}\n\nOtters hold hands, entry {i}.\n")
+    for via in ("api", "daemon"):
+        # A short store folder: the daemon's socket lives there (the 100-byte limit).
+        store = Path(tempfile.mkdtemp(prefix="bi-", dir="/tmp"))
+        try:
+            args = ["ingest", str(folder), "--via", via, "--store-dir", str(store), "--json"]
+            args += ["--results", str(tmp_path / "out"), "--set", "embed.model=hash:64"]
+            result = CliRunner().invoke(main, args)
+        finally:
+            shutil.rmtree(store, ignore_errors=True)
+        assert result.exit_code == 0, result.output
+        report = json.loads(result.stdout)
+        assert (report["via"], report["files"], report["chunks"]) == (via, 40, 40)
+        assert report["model_only"]["texts"] == 40
+        assert report["pipeline"]["cpu_seconds"] > 0 and report["cpu_ratio"] > 0
