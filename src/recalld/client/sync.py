@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import _socket  # the socket type itself: `socket` wraps it in IntEnums that cost ~3 ms (issue 20)
+import io
 import itertools
 import os
 import select
-import socket
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -49,13 +50,37 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import IO, Any
 
+    from _typeshed import WriteableBuffer
 
-def _closed_by_peer(sock: socket.socket) -> bool:
+
+class _SocketReader(io.RawIOBase):
+    """What `socket.makefile("rb")` reads through (its `SocketIO`), on the bare socket type:
+    a timed-out read spoils the stream, so the next one fails rather than read a half line."""
+
+    def __init__(self, sock: _socket.socket) -> None:
+        super().__init__()
+        self._sock = sock
+        self._timed_out = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        if self._timed_out:
+            raise OSError("cannot read from timed out object")
+        try:
+            return self._sock.recv_into(buffer)
+        except TimeoutError:
+            self._timed_out = True
+            raise
+
+
+def _closed_by_peer(sock: _socket.socket) -> bool:
     """True when the daemon has closed this connection (it does so to idle ones)."""
     try:
         readable, _, _ = select.select([sock], [], [], 0)
         # Readable between calls means end of file (or a stray notification, kept for `call`).
-        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+        return bool(readable) and sock.recv(1, _socket.MSG_PEEK) == b""
     except OSError:
         return True
 
@@ -86,7 +111,7 @@ class Client:
         self.fallbacks = [Path(p) for p in fallbacks if Path(p) != self.socket_path]
         self._places = [self.socket_path, *self.fallbacks]
         self.timeout = timeout
-        self._sock: socket.socket | None = None
+        self._sock: _socket.socket | None = None
         self._file: IO[bytes] | None = None
         self._ids = itertools.count(1)
 
@@ -117,7 +142,7 @@ class Client:
             self._sock.close()
             self._sock = None
 
-    def _connect(self) -> tuple[socket.socket, IO[bytes]]:
+    def _connect(self) -> tuple[_socket.socket, IO[bytes]]:
         if self._sock is not None and _closed_by_peer(self._sock):
             self.close()  # the daemon closes connections left idle; open a new one
         if self._sock is None or self._file is None:
@@ -133,11 +158,11 @@ class Client:
             else:
                 assert first is not None
                 raise not_running(self._places[0], first, self._places[1:]) from None
-            self._sock, self._file = sock, sock.makefile("rb")
+            self._sock, self._file = sock, io.BufferedReader(_SocketReader(sock))
         return self._sock, self._file
 
-    def _open(self, path: Path) -> socket.socket | OSError:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    def _open(self, path: Path) -> _socket.socket | OSError:
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         sock.settimeout(self.timeout)
         try:
             sock.connect(os.fspath(path))
