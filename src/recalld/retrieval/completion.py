@@ -57,6 +57,7 @@ async def complete(
     expression: str,
     similarity: Mapping[int, float],
     keyword: Mapping[int, float],
+    looked_up: Mapping[int, float] | None = None,
 ) -> Completed:
     """Fill in each route's score for the candidates only the other route returned.
 
@@ -67,6 +68,8 @@ async def complete(
         expression: The FTS5 expression the keyword route ran.
         similarity: The vector route's candidates and cosine similarities.
         keyword: The keyword route's candidates and scores.
+        looked_up: `keyword_scores` of the vector route's candidates, when recall already
+            looked them up (None: look them up here).
     """
     sim, kw = dict(similarity), dict(keyword)
     filled: dict[str, set[int]] = {"vector": set(), "bm25": set()}
@@ -79,9 +82,13 @@ async def complete(
         sim.update(found)
         filled["vector"] = set(found)
     if need_keyword and expression:
-        found = await store.read(lambda c: c.keyword_scores(expression, need_keyword))
+        scores = (
+            looked_up
+            if looked_up is not None
+            else await store.read(lambda c: c.keyword_scores(expression, need_keyword))
+        )
         for cid in need_keyword:
-            kw[cid] = found.get(cid, 0.0)
+            kw[cid] = scores.get(cid, 0.0)
         filled["bm25"] = set(need_keyword)
     return Completed(similarity=sim, keyword=kw, filled=filled)
 

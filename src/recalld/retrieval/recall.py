@@ -4,8 +4,10 @@
           └▶ terms ─▶ FTS5 BM25 ──┴▶ (score completion) ─▶ fusion ─▶ gate ─▶ Candidates
 
 Both routes run at once, each for the best `pool` chunks; completion gives every candidate
-both routes' scores; fusion (the formulas are in `fusion.py`) orders them; the gate (MemX R1,
-`gate.py`) rejects a query nothing answers. The ranking stages then work on the candidates.
+both routes' scores (the vector hits' keyword scores are looked up as soon as the vector route
+has them, while the keyword route, usually the slower, still runs); fusion (the formulas are
+in `fusion.py`) orders them; the gate (MemX R1, `gate.py`) rejects a query nothing answers.
+The ranking stages then work on the candidates.
 `Recalled` also keeps each route's ranks for every hit's `explain`.
 """
 
@@ -47,6 +49,9 @@ class Recalled:
         coverage: The IDF-weighted share of the query the best keyword hit contains.
         degraded: Why the query could not be embedded, if it could not.
         timings: The routes' `timings_ms` entries.
+        vector_keyword: The keyword score of each vector hit that matches the query (score
+            completion's lookup, made while the keyword route still runs); None when score
+            completion is off.
     """
 
     vec_hits: list[tuple[int, float]]
@@ -56,6 +61,7 @@ class Recalled:
     coverage: float
     degraded: list[str]
     timings: dict[str, float]
+    vector_keyword: dict[int, float] | None = None
     similarity: dict[int, float] = field(init=False)
     bm25: dict[int, float] = field(init=False)
 
@@ -78,6 +84,10 @@ async def recall(asked: Query, store: Store, embed: EmbedQuery, doc_freqs: DocFr
     opts, pool, filters, terms = asked.settings, asked.pool, asked.recall_filters, asked.terms
     timings: dict[str, float] = {}
     degraded: list[str] = []
+    expr = match_expression(terms)
+    use_vector, use_keyword = asked.uses_vector, asked.uses_keyword
+    completing = _completes(asked) and use_vector and use_keyword
+    vector_keyword: dict[int, float] | None = {} if completing else None
 
     async def vector_route() -> list[tuple[int, float]]:
         t0 = time.perf_counter()
@@ -92,16 +102,18 @@ async def recall(asked: Query, store: Store, embed: EmbedQuery, doc_freqs: DocFr
         t1 = time.perf_counter()
         hits = await store.read(lambda c: c.knn(vector, pool, filters))
         timings["vector_ms"] = (time.perf_counter() - t1) * 1000
+        if vector_keyword is not None and hits and expr:
+            # Completion's keyword lookup, overlapping the keyword route (usually the slower).
+            ids = [cid for cid, _ in hits]
+            vector_keyword.update(await store.read(lambda c: c.keyword_scores(expr, ids)))
         return hits
 
     async def keyword_route() -> list[tuple[int, float]]:
         t0 = time.perf_counter()
-        expr = match_expression(terms)
         hits = await store.read(lambda c: c.fts(expr, pool, filters))
         timings["bm25_ms"] = (time.perf_counter() - t0) * 1000
         return hits
 
-    use_vector, use_keyword = asked.uses_vector, asked.uses_keyword
     try:
         async with asyncio.TaskGroup() as tg:
             vec_task = tg.create_task(vector_route()) if use_vector else None
@@ -114,7 +126,12 @@ async def recall(asked: Query, store: Store, embed: EmbedQuery, doc_freqs: DocFr
     kw_hits = kw_task.result() if kw_task else []
     dfs, total = df_task.result() if df_task else ([], 0)
     coverage = await _coverage(store, terms, dfs, total, kw_hits) if kw_hits else 0.0
-    return Recalled(vec_hits, kw_hits, dfs, total, coverage, degraded, timings)
+    return Recalled(vec_hits, kw_hits, dfs, total, coverage, degraded, timings, vector_keyword)
+
+
+def _completes(asked: Query) -> bool:
+    """Whether score completion runs for this query."""
+    return asked.settings.complete_scores and asked.settings.mode == "hybrid"
 
 
 async def _coverage(
@@ -131,8 +148,7 @@ async def complete(
     asked: Query, recalled: Recalled, store: Store, embed: EmbedQuery
 ) -> completion.Completed | None:
     """Both routes' scores for every candidate (retrieval/completion.py), when on."""
-    opts = asked.settings
-    if not (opts.complete_scores and opts.mode == "hybrid"):
+    if not _completes(asked):
         return None
     if not (recalled.vec_hits or recalled.kw_hits):
         return None
@@ -144,6 +160,7 @@ async def complete(
         match_expression(asked.terms),
         recalled.similarity,
         recalled.bm25,
+        recalled.vector_keyword,
     )
 
 
