@@ -272,15 +272,14 @@ async def vectors_by_id(
 ) -> dict[int, npt.NDArray[np.float32]]:
     """Stored vectors by chunk id.
 
-    Read from `vector_floats`, the plain-table copy of `chunks_vec` (same bytes; `check`
-    verifies the mirror): its primary key makes this a few point lookups, where vec0 scans
-    itself (SciFact, 14k chunks, 34 ids: 0.2 ms against 32 ms).
+    Read from `vector_floats`, the cascade's plain copy of `chunks_vec` (the same bytes,
+    written in the same transactions; `check` verifies the mirror): its primary key makes this
+    a few point lookups, where vec0 answers `chunk_id IN (...)` by scanning its whole table
+    (SciFact, 14k chunks, 34 ids: 0.2 ms against 32 ms; 100k chunks, 50 ids: 0.5 ms against
+    ~200 ms).
     """
     if not ids:
         return {}
-    # From the cascade's plain copy (the same bytes, written in the same transactions):
-    # vec0 answers `chunk_id IN (...)` by scanning its whole table, ~200 ms at 100k chunks
-    # for 50 ids against 0.5 ms here.
     rows = await fetchall(
         conn,
         "SELECT chunk_id, embedding FROM vector_floats WHERE chunk_id IN "
