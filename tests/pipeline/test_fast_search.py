@@ -6,6 +6,7 @@ what it imports, not a timing)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -155,3 +156,28 @@ async def test_a_plain_search_imports_only_what_a_client_needs(daemon: Running) 
     lines = done.stdout.splitlines()
     assert lines[-2:] == ["0", "[]"], done.stdout[-2000:] + done.stderr[-2000:]
     assert '"text": "The boat is moored at pier 4"' in done.stdout
+
+
+async def test_the_cli_search_benchmark_runs_against_a_daemon(daemon: Running) -> None:
+    # `python -m bench.cli_search` end to end (figures are not checked: speed is measured by
+    # running it, not in tests); `--tree` runs this checkout's src beside the installed one.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RECALLD_", "XDG_"))}
+    env.update({"RECALLD_HOME": str(daemon.home), "RECALLD_DAEMON__SOCKET": str(daemon.socket)})
+    checkout = Path(__file__).parents[2]
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "bench.cli_search", "--runs", "1", "--tree", "src"],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=env,
+        cwd=checkout,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert set(report["cpu_ms_median"]) == {
+        "python -c pass",
+        "recalld",
+        "PYTHONPATH=src",
+    }
