@@ -124,6 +124,34 @@ async def test_tight_cascade_keeps_recall(filled):
     assert np.mean(recall) >= 0.95
 
 
+def test_quantize_keeps_each_vector_within_half_a_step():
+    data = clustered(200, seed=5)
+    data[3] = 0.0
+    codes, scales = vectors.quantize(data, DIM)
+    assert codes.dtype == np.int8 and codes.shape == (200, DIM)
+    back = codes.astype(np.float32) * scales[:, None]
+    assert np.all(np.abs(back - data) <= scales[:, None] / 2 + 1e-7)
+    assert not codes[3].any()  # a zero vector stays zero (never nearest)
+    q = unit(data[0] + data[1])
+    assert np.max(np.abs(back @ q - data @ q)) < 2e-3
+
+
+async def test_int8_stage_narrows_the_exact_stage(filled):
+    store, data = filled
+    store.vectors.tuning = dataclasses.replace(
+        vectors.Tuning(), exact_below=0, stage3_min=400, final_min=16, final_per_k=2
+    )
+    rng = np.random.default_rng(9)
+    for i in rng.integers(0, len(data), 25):
+        q = unit(data[i] + 0.6 * rng.standard_normal(DIM).astype(np.float32) / np.sqrt(DIM))
+        for k in (10, 50):
+            got, want = await knn(store, q, k), await exact(store, q, k)
+            ids = store.vectors.candidates(q, k, (), ())
+            assert len(ids) == max(16, 2 * k)  # of 400 stage-3 survivors
+            assert [c for c, _ in got][:10] == [c for c, _ in want][:10]
+            assert np.allclose([d for _, d in got][:10], [d for _, d in want][:10], atol=1e-5)
+
+
 async def test_small_stores_are_searched_exactly_in_memory(filled):
     store, data = filled
     assert store.vectors.tuning.exact_below > 3000
