@@ -33,6 +33,7 @@ OPTIONS = TuneOptions(
         batch_size=8,
         max_steps=6,
         max_seconds=300,
+        max_epochs=6,  # a handful of triples: several passes, or a step or two is all
         checkpoint_every=2,
         threads=1,
     ),

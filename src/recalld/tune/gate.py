@@ -49,15 +49,20 @@ class Verdict:
 
 
 def measure(embedder: Embedder, pairs: Sequence[Pair], distractors: Sequence[str]) -> Figures:
-    """Rank each held-back query's positive among all positives and the distractors
-    (blocking: model inference)."""
+    """Rank each held-back query's positive among the other documents' positives and the
+    distractors (blocking: model inference). The positive of another pseudo-query from the same
+    document is no competitor: it is the same document, and where chunks overlap it holds the
+    query's words verbatim, so it would count a right answer as a miss for either model."""
     if not pairs:
         return Figures(0.0, 0.0, 0, len(distractors))
     documents = embedder.embed([p.positive for p in pairs] + list(distractors))
     queries = embedder.embed([p.query for p in pairs])
     scores = queries @ documents.T
     own = scores[np.arange(len(pairs)), np.arange(len(pairs))]
-    ranks = (scores > own[:, None]).sum(axis=1)  # 0 = first
+    ids = np.array([p.document_id for p in pairs])
+    sibling = np.zeros(scores.shape, dtype=bool)
+    sibling[:, : len(pairs)] = ids[:, None] == ids[None, :]  # the own positive too: not above
+    ranks = ((scores > own[:, None]) & ~sibling).sum(axis=1)  # 0 = first
     hit = ranks < CUTOFF
     recall = float(hit.mean())
     mrr = float(np.where(hit, 1.0 / (ranks + 1), 0.0).mean())

@@ -5,9 +5,18 @@ a chunk's sentences, or a conversation turn (whose reply stays in the chunk). Th
 that span is its positive. Each pseudo-query runs through the store's own two routes, vector
 (the current model) and BM25; where BM25 ranks the positive in its top k and the vector route
 ranks it lower or misses it, the model has a blind spot: (query, positive, hard negative) is a
-triple, the hard negative being the vector route's best hit from another document (its
+triple, the hard negative being the vector route's best hit that BM25 does not back (its
 confident wrong answer). Pseudo-queries from a held-back share of documents are never mined:
 they are the eval gate's.
+
+Both ends are kept clean, because a wrong label teaches the model the wrong thing: a sentence
+span must read as a query (a whole sentence, mostly words: a chunk boundary's fragment or a
+line of statistics names no topic, and only BM25's exact-token match finds its chunk), and a
+hard negative must be a dense blind spot as the vstash paper defines it, a chunk the vector
+route ranks high and BM25 leaves out of its top k. A chunk BM25 also ranks high is often as
+relevant as the positive (another abstract on the same finding, a near duplicate), and a chunk
+of the positive's own document or one holding the query's words (chunks overlap) is not wrong
+at all.
 """
 
 from __future__ import annotations
@@ -30,6 +39,7 @@ TOP_K = 10
 EMBED_BATCH = 16
 MIN_WORDS = 6  # a held-out span shorter than this says too little to be a query
 MIN_POSITIVE_WORDS = 8  # what must remain of the chunk once the span is held out
+MIN_WORD_SHARE = 0.6  # of a sentence span's tokens that must be words (not numbers, symbols)
 
 # Also splits "end.Next" (sentences joined without a space, as in some abstracts).
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[a-z][.!?])(?=[A-Z])|\n+")
@@ -55,6 +65,8 @@ class Triple:
     query: str
     positive: str
     negative: str
+    document_id: int  # the query's and the positive's document
+    negative_document_id: int
 
 
 @dataclass
@@ -108,7 +120,7 @@ def hold_out(chunk: Chunk, rng: random.Random) -> Pair | None:
     elif chunk.position == 0 and len(lines) > 1 and 3 <= len(lines[0].split()) <= 25:
         spans = [lines[0]]  # a title
     else:
-        spans = [s.strip() for s in _SENTENCE.split(chunk.text) if len(s.split()) >= MIN_WORDS]
+        spans = [s for p in _SENTENCE.split(chunk.text) if is_sentence_query(s := p.strip())]
     if not spans:
         return None
     span = rng.choice(spans)
@@ -117,6 +129,19 @@ def hold_out(chunk: Chunk, rng: random.Random) -> Pair | None:
         return None
     query = span.partition(": ")[2] if chunk.kind == "conversation" else span
     return Pair(query.strip(), rest, chunk.id, chunk.document_id)
+
+
+def is_sentence_query(span: str) -> bool:
+    """Whether a sentence span reads as a query: a whole sentence (a capital first, an end
+    mark last: a chunk boundary cuts sentences) of at least `MIN_WORDS` words, mostly words."""
+    tokens = span.split()
+    words = [t for t in tokens if sum(ch.isalpha() for ch in t) >= 3]
+    return (
+        span[:1].isupper()
+        and span.rstrip("\"')]").endswith((".", "!", "?"))
+        and len(words) >= MIN_WORDS
+        and len(words) >= MIN_WORD_SHARE * len(tokens)
+    )
 
 
 async def pseudo_pairs(
@@ -178,23 +203,36 @@ async def mine(
                 in_vec and vec_ids.index(pair.chunk_id) <= kw_ids.index(pair.chunk_id)
             ):
                 continue
-            negative = await _wrong_hit(store, vec_ids, pair)
+            negative = await _blind_spot(store, vec_ids, kw_ids, pair)
             if negative is None:
                 continue
             missed += not in_vec
             lower += in_vec
-            triples.append(Triple(pair.query, pair.positive, negative))
+            triples.append(
+                Triple(
+                    pair.query, pair.positive, negative.text, pair.document_id, negative.document_id
+                )
+            )
         if progress is not None:
             done = min(start + EMBED_BATCH, len(train))
             await progress({"phase": "mining", "done": done, "total": len(train)})
     return Mined(triples, held_back, len(train), missed, lower, keyword_missed)
 
 
-async def _wrong_hit(store: Store, ranked: Sequence[int], pair: Pair) -> str | None:
-    """The text of the vector route's best hit from another document than the positive's."""
-    hits = await store.read(lambda c: c.chunks_by_id(list(ranked)))
-    for cid in ranked:
+async def _blind_spot(
+    store: Store, vector_ranked: Sequence[int], keyword_ranked: Sequence[int], pair: Pair
+) -> Chunk | None:
+    """The vector route's best hit that BM25 leaves out of its top k, from another document
+    than the positive's and without the query's words in it; None if it has none."""
+    backed = set(keyword_ranked)
+    hits = await store.read(lambda c: c.chunks_by_id(list(vector_ranked)))
+    for cid in vector_ranked:
         chunk = hits.get(cid)
-        if chunk is not None and chunk.document_id != pair.document_id:
-            return chunk.text
+        if (
+            chunk is not None
+            and cid not in backed
+            and chunk.document_id != pair.document_id
+            and pair.query not in chunk.text
+        ):
+            return chunk
     return None

@@ -95,7 +95,7 @@ async def tune(
     summary: dict[str, Any] = {"base": spec, "mining": mined.summary()}
     if options.dry_run:
         seconds = await _estimate_step(embedder, mined, options.train.batch_size)
-        steps = options.train.max_steps
+        steps = train.planned_steps(options.train, len(mined.triples))
         summary["estimate_seconds"] = round(min(options.train.max_seconds, steps * seconds), 1)
         summary["dry_run"] = True
         return summary

@@ -2,8 +2,12 @@
 
 Each step takes `batch_size` triples; every query is scored against every positive and every
 hard negative of the batch (scaled cosine, as sentence-transformers does) and the loss is the
-cross-entropy of picking its own positive. A small learning rate keeps the model close to where
-it started (vstash found TripletLoss destroys the model; MNRL does not).
+cross-entropy of picking its own positive. Another triple's text from the query's own document
+is left out of its candidates: a sibling chunk (chunks overlap) is not a wrong answer, and
+training it away would teach the model that a document disagrees with itself. A small learning
+rate, warmed up linearly as sentence-transformers' fit does, and at most `max_epochs` passes over
+the triples keep the model close to where it started: a few hundred triples seen over and over
+are learnt by heart (vstash found TripletLoss destroys the model; MNRL does not).
 
 Every `checkpoint_every` steps the weights, the optimiser and the step are written atomically;
 a run started again with the same data and settings picks up at the last checkpoint.
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import threading
@@ -44,6 +49,8 @@ class TrainSettings:
     batch_size: int = 16
     max_steps: int = 200
     max_seconds: float = 900.0
+    max_epochs: float = 1.0  # passes over the triples; more learns them by heart
+    warmup_share: float = 0.1  # of the steps, the learning rate rising linearly to its value
     checkpoint_every: int = 20
     scale: float = 20.0  # sentence-transformers' MNRL default
     seed: int = 0
@@ -85,11 +92,41 @@ def _batch(triples: Sequence[Triple], step: int, size: int, seed: int) -> list[T
     return [triples[i] for i in order[index * size : (index + 1) * size]]
 
 
+def planned_steps(settings: TrainSettings, triples: int) -> int:
+    """The steps a run makes when no time budget stops it first: `max_steps`, or fewer when
+    `max_epochs` passes over the triples take fewer."""
+    size = min(settings.batch_size, triples)
+    if size < 2:
+        return 0
+    per_epoch = max(1, triples // size)
+    return min(settings.max_steps, max(1, math.ceil(settings.max_epochs * per_epoch)))
+
+
+def learning_rate(settings: TrainSettings, step: int, planned: int) -> float:
+    """The learning rate of `step` (0-based): linear warm-up over `warmup_share` of the
+    planned steps, then constant (a function of the step alone, so a resumed run matches)."""
+    warmup = max(1, round(settings.warmup_share * planned))
+    return settings.learning_rate * min(1.0, (step + 1) / warmup)
+
+
+def candidate_mask(batch: Sequence[Triple]) -> torch.Tensor:
+    """`[batch, 2 * batch]`, True where a query may be scored against a candidate: its own
+    positive, and any text from another document than its own."""
+    own = torch.tensor([t.document_id for t in batch])
+    candidates = torch.tensor(
+        [t.document_id for t in batch] + [t.negative_document_id for t in batch]
+    )
+    allowed = own[:, None] != candidates[None, :]
+    allowed[torch.arange(len(batch)), torch.arange(len(batch))] = True
+    return allowed
+
+
 def mnrl_loss(encoder: Encoder, batch: Sequence[Triple], scale: float) -> torch.Tensor:
-    """MultipleNegativesRankingLoss: each query against all positives and hard negatives."""
+    """MultipleNegativesRankingLoss: each query against all positives and hard negatives but
+    those of its own document."""
     queries = encoder.encode([t.query for t in batch])
     documents = encoder.encode([t.positive for t in batch] + [t.negative for t in batch])
-    scores = queries @ documents.T * scale
+    scores = (queries @ documents.T * scale).masked_fill(~candidate_mask(batch), float("-inf"))
     return F.cross_entropy(scores, torch.arange(len(batch)))
 
 
@@ -124,12 +161,15 @@ def train(
     started = time.monotonic()
     first = last = None
     size = min(settings.batch_size, len(triples))
+    planned = planned_steps(settings, len(triples))
     encoder.train()
-    while step < settings.max_steps and size > 1:
+    while step < planned:
         if time.monotonic() - started >= settings.max_seconds:
             break
         if stop is not None and stop.is_set():
             raise Interrupted(f"stopped at step {step}")
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(settings, step, planned)
         loss = mnrl_loss(encoder, _batch(triples, step, size, settings.seed), settings.scale)
         optimizer.zero_grad()
         loss.backward()  # type: ignore[no-untyped-call]
@@ -137,7 +177,7 @@ def train(
         step += 1
         last = float(loss.item())
         first = last if first is None else first
-        if step % settings.checkpoint_every == 0 or step == settings.max_steps:
+        if step % settings.checkpoint_every == 0 or step == planned:
             _save(
                 path,
                 {
@@ -152,7 +192,7 @@ def train(
                 {
                     "phase": "training",
                     "step": step,
-                    "max_steps": settings.max_steps,
+                    "max_steps": planned,
                     "loss": round(last, 4),
                     "seconds": round(time.monotonic() - started, 1),
                 }
