@@ -696,6 +696,8 @@ def plot_command(reports: tuple[Path, ...]) -> None:
 @click.option("--max-seconds", type=click.FloatRange(min=0), default=900, show_default=True)
 @click.option("--pseudo-queries", type=click.IntRange(min=10), default=2000, show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=2e-5)
+@click.option("--max-epochs", type=click.FloatRange(min=0, min_open=True), default=1.0)
 @CORPUS_LIMIT_OPTION
 @REPORT_OPTIONS
 def tune_bench(
@@ -707,6 +709,8 @@ def tune_bench(
     max_seconds: float,
     pseudo_queries: int,
     threads: int,
+    learning_rate: float,
+    max_epochs: float,
     corpus_limit: int | None,
     sets: tuple[str, ...],
     results: Path,
@@ -722,6 +726,8 @@ def tune_bench(
         max_steps=max_steps,
         max_seconds=max_seconds,
         threads=threads,
+        learning_rate=learning_rate,
+        max_epochs=max_epochs,
     )
     report = asyncio.run(
         tune_bench_module.run(
