@@ -52,7 +52,7 @@ async def replace_document(
     """See `contract.Writer.replace_document` (auto links in the same transaction too).
 
     New chunks and their vectors go in by `COPY` with ids drawn from the identity sequence
-    first, so a document costs a handful of round trips whatever its size, not one statement
+    first, so a document costs about four round trips whatever its size, not one statement
     per chunk; the document row is written complete at once (the transaction makes it appear
     with its chunks or not at all).
 
@@ -60,11 +60,15 @@ async def replace_document(
         The document id.
     """
     now = time.time()
-    await _lock_source(conn, doc.source)
+    # The source's lock and the document row in one statement: the row is produced only once
+    # the lock is held.
     rows = await conn.fetch(
+        "WITH locked AS (SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))) "
         "INSERT INTO documents (source, kind, format, content_hash, state, chunk_count, mtime, "
         "size, created_at, updated_at, os_user, host) "
-        "VALUES (%s, %s, %s, %s, 'complete', %s, %s, %s, %s, %s, %s, %s) "
+        "SELECT %s::text, %s::text, %s::text, %s::text, 'complete', %s::integer, "
+        "%s::double precision, %s::bigint, %s::double precision, %s::double precision, "
+        "%s::text, %s::text FROM locked "
         "ON CONFLICT (scope, source) DO UPDATE SET kind = excluded.kind, "
         "format = excluded.format, content_hash = excluded.content_hash, state = 'complete', "
         "chunk_count = excluded.chunk_count, mtime = excluded.mtime, size = excluded.size, "
@@ -72,6 +76,7 @@ async def replace_document(
         "os_user = excluded.os_user, host = excluded.host "
         "RETURNING id",
         [
+            conn.writer.scope + "\x1f" + doc.source,
             doc.source,
             doc.kind,
             doc.format,
@@ -86,14 +91,20 @@ async def replace_document(
         ],
     )
     doc_id = int(rows[0][0])
-    stored = await conn.fetch(
-        "SELECT id, key, content_hash FROM chunks WHERE document_id = %s", [doc_id]
+    # The stored chunks (read under the lock) and ids for the new ones, which are the chunks
+    # with a vector (`chunk_rows`), in one statement.
+    rows = await conn.fetch(
+        "SELECT id, key, content_hash FROM chunks WHERE document_id = %s UNION ALL "
+        "SELECT nextval(pg_get_serial_sequence('chunks', 'id')), NULL, NULL "
+        "FROM generate_series(1, %s)",
+        [doc_id, sum(c.vector is not None for c in chunks)],
     )
+    stored = [r for r in rows if r[1] is not None]
+    new_ids = sorted(int(r[0]) for r in rows if r[1] is None)
     existing = {(str(r[1]), str(r[2])): int(r[0]) for r in stored}
     kept, inserts, stale = chunk_rows(doc_id, doc, chunks, existing, now)
     await delete_chunks(conn, stale)
     await conn.run_many("UPDATE chunks SET position = %s, parent_id = NULL WHERE id = %s", kept)
-    new_ids = await _next_chunk_ids(conn, len(inserts))
     kept_ids = {cid for _, cid in kept}
     ids_by_key = {key: cid for (key, _), cid in existing.items() if cid in kept_ids}
     ids_by_key.update((str(row[4]), cid) for row, cid in zip(inserts, new_ids, strict=True))
@@ -112,21 +123,12 @@ async def replace_document(
         [(parent, child) for parent, child in parents if child in kept_ids],
     )
     # Links in the same transaction, so a search never sees a document without them (issue 8).
-    if structure_links:
+    # A new document without parents or rounds has no structure links to make.
+    has_structure = parents or any(c.draft.granularity == "round" for c in chunks)
+    if structure_links and (stored or has_structure):
         await links.rebuild_structure(conn, doc_id, fresh=not stored)
     await links.add(conn, found, origin="auto")
     return doc_id
-
-
-async def _next_chunk_ids(conn: PgConn, count: int) -> list[int]:
-    """`count` new chunk ids from the identity sequence (what `INSERT` would have drawn)."""
-    if not count:
-        return []
-    rows = await conn.fetch(
-        "SELECT nextval(pg_get_serial_sequence('chunks', 'id')) FROM generate_series(1, %s)",
-        [count],
-    )
-    return [int(r[0]) for r in rows]
 
 
 async def insert_vectors(conn: PgConn, rows: Sequence[tuple[Any, ...]]) -> None:
