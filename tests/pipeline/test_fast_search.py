@@ -1,7 +1,7 @@
 """The launcher's fast `recalld search` (issue 20): the same bytes and exit codes as the click
 command for every form it accepts or hands over, and a plain search that imports no click,
-asyncio, ssl, rich, numpy, pydantic, settings, dataclasses, typing or socket (a guard on
-what it imports, not a timing)."""
+asyncio, ssl, rich, numpy, pydantic, settings, dataclasses, typing, socket or pathlib (a
+guard on what it imports, not a timing)."""
 
 from __future__ import annotations
 
@@ -139,7 +139,7 @@ async def test_a_plain_search_imports_only_what_a_client_needs(daemon: Running) 
         "print([m for m in ('click', 'asyncio', 'ssl', 'rich', 'numpy', 'pydantic',"
         " 'recalld.cli.app', 'recalld.client.aio', 'recalld.config', 'recalld.types',"
         " 'dataclasses', 'inspect', 'datetime', 'tomllib', 'hmac', 'typing', 'recalld.masking',"
-        " 'socket', 'selectors')"
+        " 'socket', 'selectors', 'pathlib')"
         " if m in sys.modules])"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RECALLD_", "XDG_"))}

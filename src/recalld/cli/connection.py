@@ -8,7 +8,6 @@ Imports no click, so the launcher's fast `recalld search` can use it (issue 20).
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from recalld.client import Client
 from recalld.places import CLIENT_TIMEOUT_S, plain_socket_places
@@ -16,6 +15,7 @@ from recalld.places import CLIENT_TIMEOUT_S, plain_socket_places
 # typing is left out of `recalld search`'s start-up (issue 20): mypy reads this block only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
     from recalld.config import LoadedSettings

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
 
 from recalld.cli.searching import SEARCH_MODES
 
@@ -57,6 +56,8 @@ def _value(name: str, text: str) -> Any:
     if name == "mode":
         return text if text in SEARCH_MODES else None
     if name == "config_file":
+        from pathlib import Path  # only with --config: `recalld search` starts without it
+
         # click.Path(dir_okay=False): a path that is not there is taken as it is; one that is
         # must be a readable file.
         try:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
 from recalld import protocol
 from recalld.errors import (
@@ -21,6 +20,7 @@ from recalld.errors import (
 # typing is left out of `recalld search`'s start-up (issue 20): mypy reads this block only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any, TypeAlias
 
 DEFAULT_TIMEOUT = 120.0
@@ -100,7 +100,9 @@ def error_from_object(error: Mapping[str, Any]) -> RecalldError:
     return cls(message, data=data)
 
 
-def not_running(path: Path, exc: OSError, also: Sequence[Path] = ()) -> DaemonNotRunning:
+def not_running(
+    path: str | os.PathLike[str], exc: OSError, also: Sequence[str | os.PathLike[str]] = ()
+) -> DaemonNotRunning:
     """The error for a socket nobody answers on (and the other places looked at)."""
     looked = f"; also looked at {', '.join(map(str, also))}" if also else ""
     return DaemonNotRunning(
@@ -177,6 +179,8 @@ def socket_from_env(env: Mapping[str, str], config_file: Path | None = None) -> 
 
 def absolute(path: str | os.PathLike[str]) -> str:
     """A path as the daemon needs it: absolute, since it has its own working directory."""
+    from pathlib import Path  # only here: `recalld search` starts without it (issue 20)
+
     return os.fspath(Path(path).expanduser().resolve())
 
 

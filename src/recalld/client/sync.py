@@ -9,7 +9,6 @@ import os
 import select
 import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from types import TracebackType
 
 from recalld import protocol
@@ -44,10 +43,12 @@ from recalld.client.base import (
     wait_slice,
 )
 from recalld.errors import DaemonBusy, DaemonError, DaemonNotRunning, RecalldError
+from recalld.places import posix_path
 
 # typing is left out of `recalld search`'s start-up (issue 20): mypy reads this block only.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import IO, Any
 
     from _typeshed import WriteableBuffer
@@ -107,13 +108,34 @@ class Client:
         timeout: float | None = DEFAULT_TIMEOUT,
         fallbacks: Sequence[str | os.PathLike[str]] = (),
     ) -> None:
-        self.socket_path = Path(socket_path)
-        self.fallbacks = [Path(p) for p in fallbacks if Path(p) != self.socket_path]
-        self._places = [self.socket_path, *self.fallbacks]
+        # Places as the strings `pathlib` would print: pathlib costs `recalld search` ~4 ms of
+        # start-up (issue 20); `socket_path` and `fallbacks` give them as `Path`s.
+        self._socket = posix_path(os.fspath(socket_path))
+        others = (posix_path(os.fspath(p)) for p in fallbacks)
+        self._fallbacks = [p for p in others if p != self._socket]
+        self._places = [self._socket, *self._fallbacks]
         self.timeout = timeout
         self._sock: _socket.socket | None = None
         self._file: IO[bytes] | None = None
         self._ids = itertools.count(1)
+
+    @property
+    def socket_path(self) -> Path:
+        """The daemon's socket: the first place, or the one that answered once one has."""
+        from pathlib import Path
+
+        return Path(self._socket)
+
+    @socket_path.setter
+    def socket_path(self, path: str | os.PathLike[str]) -> None:
+        self._socket = posix_path(os.fspath(path))
+
+    @property
+    def fallbacks(self) -> list[Path]:
+        """The other places tried, in order, when nobody answers on the first."""
+        from pathlib import Path
+
+        return [Path(p) for p in self._fallbacks]
 
     @classmethod
     def from_env(
@@ -153,7 +175,7 @@ class Client:
                     first = first or opened
                     continue
                 # Elsewhere? The first place that answers is kept (issue 17).
-                self.socket_path, sock = path, opened
+                self._socket, sock = path, opened
                 break
             else:
                 assert first is not None
@@ -161,11 +183,11 @@ class Client:
             self._sock, self._file = sock, io.BufferedReader(_SocketReader(sock))
         return self._sock, self._file
 
-    def _open(self, path: Path) -> _socket.socket | OSError:
+    def _open(self, path: str) -> _socket.socket | OSError:
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         sock.settimeout(self.timeout)
         try:
-            sock.connect(os.fspath(path))
+            sock.connect(path)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             sock.close()
             return exc
