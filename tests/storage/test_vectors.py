@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from recalld.errors import QueryError
 from recalld.storage import records
 from recalld.storage.contract import Store
 from recalld.storage.registry import open_store
@@ -372,3 +373,23 @@ async def test_rebuild_refills_from_chunks_vec(filled, route):
     assert not store.vectors.loaded  # reloads on the next search
     assert [c for c, _ in await knn(store, data[9])] == [c for c, _ in await exact(store, data[9])]
     assert store.vectors.live == 3000
+
+
+async def test_the_index_load_does_not_count_against_the_query_time_limit(tmp_path: Path):
+    s = await open_store(
+        tmp_path / "t.db", model_id="test-384", dimension=DIM, query_timeout_ms=200
+    )
+    try:
+        await put(s, "a.md", clustered(300))
+        counted = "SELECT count(*) FROM vector_floats a, vector_floats b"  # ~90k steps
+        async with s.reading_conn() as conn:
+            async with s.vectors.untimed(conn):
+                await asyncio.sleep(0.3)  # a load slower than the limit
+            assert (await (await conn.execute(counted)).fetchone())[0] == 300 * 300
+        with pytest.raises(QueryError, match="longer than"):
+            async with s.reading_conn() as conn:
+                await asyncio.sleep(0.3)  # the same time spent on the query itself
+                await (await conn.execute(counted)).fetchone()
+        assert await knn(s, clustered(300)[5], 3)  # the store still answers
+    finally:
+        await s.close()

@@ -150,6 +150,7 @@ class SqliteStore(ModelSwitch):
         # changes on it, and write() applies them after each COMMIT.
         self.vectors = vectors.VectorIndex(dimension, self._write_lock)
         self.vectors.on_foreign = self._foreign_write
+        self.vectors.untimed = self._untimed
         self._init_model_switch()
 
     @classmethod
@@ -194,6 +195,20 @@ class SqliteStore(ModelSwitch):
             return 1 if deadline is not None and time.monotonic() > deadline else 0
 
         return check
+
+    @contextlib.asynccontextmanager
+    async def _untimed(self, conn: aiosqlite.Connection) -> AsyncIterator[None]:
+        """Lift a borrowed reader's time limit for a while (the vector index's one-off load,
+        which reads every row and is not the query's own work); the query then gets the
+        time it had left."""
+        key = id(conn)
+        deadline = self._deadlines.pop(key, None)
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            if deadline is not None:
+                self._deadlines[key] = deadline + (time.monotonic() - started)
 
     @contextlib.asynccontextmanager
     async def bulk_load(self) -> AsyncIterator[None]:

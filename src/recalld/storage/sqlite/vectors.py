@@ -41,11 +41,13 @@ another process wrote vectors: the mirror is dropped and reloads whole on the ne
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,6 +199,12 @@ class _Arrays:
 Change = tuple[str, Any]
 
 
+@contextlib.asynccontextmanager
+async def _no_limit(conn: aiosqlite.Connection) -> AsyncIterator[None]:
+    del conn
+    yield
+
+
 class VectorIndex:
     """The in-memory mirror of `vector_codes` for one store.
 
@@ -224,6 +232,10 @@ class VectorIndex:
         self.changes = -1
         self._expected = -1
         self.on_foreign: Callable[[], None] | None = None
+        # Lifts the reader's query time limit while the mirror loads (set by the store).
+        self.untimed: Callable[[aiosqlite.Connection], AbstractAsyncContextManager[None]] = (
+            _no_limit
+        )
 
     @property
     def loaded(self) -> bool:
@@ -440,7 +452,7 @@ class VectorIndex:
         """Load the mirror from `vector_codes` through `conn`, once, under the write lock."""
         if self._arrays is not None:
             return
-        async with self._write_lock:
+        async with self._write_lock, self.untimed(conn):
             if self._arrays is not None:
                 return
             # Read first: a commit slipping in after it is caught up on the next search.
