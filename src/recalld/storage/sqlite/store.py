@@ -138,7 +138,10 @@ class SqliteStore(ModelSwitch):
         self.dimension = dimension
         self._writer = writer
         self._write_lock = asyncio.Lock()
-        self._readers: asyncio.Queue[aiosqlite.Connection] = asyncio.Queue()
+        # Last in, first out: a search reuses the connections that just ran (each keeps its own
+        # page cache and file mapping warm); FIFO rotated every read through all of them, which
+        # made SciFact searches slower: LIFO p50 0.79x, 0.95x and 0.84x of FIFO in three runs.
+        self._readers: asyncio.Queue[aiosqlite.Connection] = asyncio.LifoQueue()
         self._all_readers = readers
         for reader in readers:
             self._readers.put_nowait(reader)
