@@ -696,7 +696,7 @@ def plot_command(reports: tuple[Path, ...]) -> None:
 @click.option("--max-seconds", type=click.FloatRange(min=0), default=900, show_default=True)
 @click.option("--pseudo-queries", type=click.IntRange(min=10), default=2000, show_default=True)
 @click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True)
-@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=2e-5)
+@click.option("--learning-rate", type=click.FloatRange(min=0, min_open=True), default=5e-6)
 @click.option("--max-epochs", type=click.FloatRange(min=0, min_open=True), default=1.0)
 @CORPUS_LIMIT_OPTION
 @REPORT_OPTIONS
