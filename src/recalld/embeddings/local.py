@@ -44,6 +44,13 @@ DIMENSION = 384
 # ~250-token texts ran 5-15% faster alone or in pairs than 32 at a time (smaller attention
 # tensors stay in cache), while short texts ran ~25% faster in batches than one by one.
 BATCH_SIZE = 32
+# int8 runs every text alone: its activations are quantised with one scale per `session.run`,
+# so in a sub-batch a text's vector moved with its companions and their padding (up to 0.029
+# max abs, cosine 0.990, on SciFact chunks). Alone, a text's vector is the same bits whatever
+# else is embedded with it. On the shared 2-core machine, alone ran 1.25x (chunks) and 1.12x
+# (queries) the texts/s of sub-batches of 32; a per-token-scale graph that could batch ran
+# 0.71x and 0.54x (its extra elementwise nodes cost more than batching saves), fp32 ~0.4x.
+INT8_BATCH_SIZE = 1
 BATCH_TOKENS = 512
 # The one MatMul kept in fp32: its input (layer 0's GELU output) has outliers that the
 # per-tensor activation scale handles badly. Keeping it lifts the mean cosine to the fp32
@@ -71,9 +78,11 @@ class LocalEmbedder:
     `embed`/`count_tokens` (or an explicit `load()`), once, under a lock, so the embedder can be
     created on an event loop and first used from a worker thread.
 
-    With int8 the activations are quantised with one scale per `session.run`, so a text's
-    vector moves slightly (cosine ~0.99) with the texts it shares a sub-batch with; fp32 vectors
-    do not depend on batching.
+    A text's vector does not depend on the texts embedded with it. int8 quantises activations
+    with one scale per `session.run`, so it runs every text alone (`INT8_BATCH_SIZE`): the
+    same bits whatever its companions (in sub-batches of 32 a vector moved by up to 0.029,
+    cosine 0.990). fp32 sub-batches differ from the text alone only by float rounding in
+    reductions over the padded length (max abs 3e-8 on SciFact chunks).
 
     Args:
         quantize: Quantise the MatMul weights to int8 per output channel (faster; cosine to
@@ -86,7 +95,8 @@ class LocalEmbedder:
             `recalld.embeddings.tuned`).
         weights_sha256: What `model.safetensors` must hash to (the packaged weights' by default).
         intra_op_num_threads: onnxruntime's thread count; defaults to `os.cpu_count()`.
-        batch_size: Most texts per `session.run`.
+        batch_size: Most texts per `session.run`; default `INT8_BATCH_SIZE` (1) for int8,
+            `BATCH_SIZE` for fp32. int8 vectors depend on their companions when above 1.
         batch_tokens: Most padded tokens per `session.run` (a longer text still runs, alone).
     """
 
@@ -100,7 +110,7 @@ class LocalEmbedder:
         cache_dir: Path | None = None,
         model_dir: Path | None = None,
         intra_op_num_threads: int | None = None,
-        batch_size: int = BATCH_SIZE,
+        batch_size: int | None = None,
         batch_tokens: int = BATCH_TOKENS,
         model_name: str = "minilm-l6-v2",
         weights_sha256: str = WEIGHTS_SHA256,
@@ -112,6 +122,8 @@ class LocalEmbedder:
         self.cache_dir = cache_dir or Path.home() / ".cache" / "recalld" / "models"
         self.model_dir = model_dir or default_model_dir()
         self.threads = intra_op_num_threads or os.cpu_count() or 1
+        if batch_size is None:
+            batch_size = INT8_BATCH_SIZE if quantize else BATCH_SIZE
         self.batch_size = max(1, batch_size)
         self.batch_tokens = batch_tokens
         self._lock = threading.Lock()
@@ -135,7 +147,8 @@ class LocalEmbedder:
         """Embed texts into an `(len(texts), 384)` float32 array of unit vectors.
 
         Texts longer than 256 tokens are truncated. Texts are sorted by length and run in small
-        sub-batches padded to their own longest text, so short texts don't pay for long ones.
+        sub-batches padded to their own longest text, so short texts don't pay for long ones
+        (int8: one text per run, see the class docstring).
         """
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
