@@ -47,9 +47,10 @@ BATCH_SIZE = 32
 # int8 runs every text alone: its activations are quantised with one scale per `session.run`,
 # so in a sub-batch a text's vector moved with its companions and their padding (up to 0.029
 # max abs, cosine 0.990, on SciFact chunks). Alone, a text's vector is the same bits whatever
-# else is embedded with it. On the shared 2-core machine, alone ran 1.25x (chunks) and 1.12x
-# (queries) the texts/s of sub-batches of 32; a per-token-scale graph that could batch ran
-# 0.71x and 0.54x (its extra elementwise nodes cost more than batching saves), fp32 ~0.4x.
+# else is embedded with it. On the shared 2-core machine, alone ran 1.07x the texts/s of
+# sub-batches of 32 (`python -m bench.int8_batching`; 1.25x for chunks and 1.12x for queries
+# in a longer run); a graph with per-token activation scales, which could batch, ran 0.71x
+# and 0.54x (its extra elementwise nodes cost more than batching saves), fp32 ~0.5x.
 INT8_BATCH_SIZE = 1
 BATCH_TOKENS = 512
 # The one MatMul kept in fp32: its input (layer 0's GELU output) has outliers that the
@@ -80,7 +81,7 @@ class LocalEmbedder:
 
     A text's vector does not depend on the texts embedded with it. int8 quantises activations
     with one scale per `session.run`, so it runs every text alone (`INT8_BATCH_SIZE`): the
-    same bits whatever its companions (in sub-batches of 32 a vector moved by up to 0.029,
+    same bits whatever its companions (in sub-batches of 32 a vector moved by up to 0.03,
     cosine 0.990). fp32 sub-batches differ from the text alone only by float rounding in
     reductions over the padded length (max abs 3e-8 on SciFact chunks).
 
