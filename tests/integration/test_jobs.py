@@ -63,6 +63,16 @@ def spawned() -> Iterator[list[subprocess.Popen[str]]]:
         proc.communicate()
 
 
+@pytest.fixture(autouse=True)
+def interruptible_children() -> Iterator[None]:
+    """The CLIs these tests interrupt start with SIGINT at its default, as from a terminal:
+    a suite run as a background job (`make test &`) has SIGINT ignored, children inherit
+    that, and Python then never raises KeyboardInterrupt."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
 def cli(
     spawned: list[subprocess.Popen[str]], daemon: Daemon, *args: str, **env: str
 ) -> subprocess.Popen[str]:

@@ -80,16 +80,20 @@ class TermStats:
     async def chunk_total(self, conn: PgConn) -> int:
         """`total(conn)`, once per generation."""
         self._current()
-        if self._total is None:
-            future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        future = self._total
+        if future is None:
+            # Kept in a local: a search that sees a new generation while this one counts
+            # empties `_total`, and this count is still the answer for the caller.
+            future = asyncio.get_running_loop().create_future()
             self._total = future
             try:
                 future.set_result(await total(conn))
             except BaseException as exc:
-                self._total = None
+                if self._total is future:
+                    self._total = None
                 _fail(future, exc)
                 raise
-        return await asyncio.shield(self._total)
+        return await asyncio.shield(future)
 
 
 def _fail(future: asyncio.Future[int], exc: BaseException) -> None:
