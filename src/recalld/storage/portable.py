@@ -88,7 +88,13 @@ def discover(conn: sqlite3.Connection) -> list[Table]:
         # sqlite-vec keeps some of its storage in plain tables named after the virtual table.
         and not any(name.startswith(v + "_") for v in virtual)
     )
-    tables = {name: _table(conn, name) for name in names}
+    return in_reference_order({name: _table(conn, name) for name in names})
+
+
+def in_reference_order(tables: dict[str, Table]) -> list[Table]:
+    """Documents and chunks first, then the rest in the order given, each after the tables it
+    refers to, so an import can remap ids in one pass (a reference cycle is cut where it
+    closes)."""
     ordered: list[Table] = []
     seen: set[str] = set()
 
@@ -101,7 +107,7 @@ def discover(conn: sqlite3.Connection) -> list[Table]:
         seen.add(name)
         ordered.append(tables[name])
 
-    for name in (DOCUMENTS, CHUNKS, *names):
+    for name in (DOCUMENTS, CHUNKS, *tables):
         visit(name)
     return ordered
 

@@ -69,21 +69,7 @@ def discover(conn: psycopg.Connection[Any]) -> list[portable.Table]:
         }
         kept = tuple(str(c) for c, _ in columns if str(c) not in _LOCAL_COLUMNS)
         tables[name] = portable.Table(name, kept, surrogate, refs)
-    ordered: list[portable.Table] = []
-    seen: set[str] = set()
-
-    def visit(name: str, path: tuple[str, ...] = ()) -> None:
-        if name in seen or name not in tables or name in path:
-            return
-        for target in tables[name].references.values():
-            if target != name:
-                visit(target, (*path, name))
-        seen.add(name)
-        ordered.append(tables[name])
-
-    for name in (portable.DOCUMENTS, portable.CHUNKS, *names):
-        visit(name)
-    return ordered
+    return portable.in_reference_order(tables)
 
 
 @contextlib.contextmanager
