@@ -182,15 +182,7 @@ def answerability_leave_one_out(records: list[dict[str, Any]]) -> dict[str, Any]
             if r["conversation"] == conv:
                 value = r[f"ownership@{k}"]
                 held_out.append({**r, "rejected": value is not None and value < t})
-    unanswerable = [float(r["rejected"]) for r in held_out if r["category"] == 5]
-    answerable = [float(r["rejected"]) for r in held_out if r["category"] in (1, 2, 3, 4)]
-    return {
-        "rejected": round(metrics.mean(unanswerable), 4),
-        "false_rejection": round(metrics.mean(answerable), 4),
-        "unanswerable": len(unanswerable),
-        "answerable": len(answerable),
-        "chosen": chosen,
-    }
+    return {**_pooled_rejection(held_out), "chosen": chosen}
 
 
 def answerability_self_calibrated(
@@ -208,6 +200,11 @@ def answerability_self_calibrated(
         learned[r["conversation"]] = {"k": k, "threshold": threshold}
         value = r[f"ownership@{k}"]
         judged.append({**r, "rejected": value is not None and value < threshold})
+    return {**_pooled_rejection(judged), "learned": learned}
+
+
+def _pooled_rejection(judged: list[dict[str, Any]]) -> dict[str, Any]:
+    """The shares of unanswerable (category 5) and of answerable (1-4) questions `rejected`."""
     unanswerable = [float(r["rejected"]) for r in judged if r["category"] == 5]
     answerable = [float(r["rejected"]) for r in judged if r["category"] in (1, 2, 3, 4)]
     return {
@@ -215,7 +212,6 @@ def answerability_self_calibrated(
         "false_rejection": round(metrics.mean(answerable), 4),
         "unanswerable": len(unanswerable),
         "answerable": len(answerable),
-        "learned": learned,
     }
 
 

@@ -1,36 +1,17 @@
 """Answerability: a question about someone the matching turns do not belong to is rejected."""
 
-import json
 from pathlib import Path
 
 import pytest
 
 from recalld.api import AsyncMemory
-from recalld.config import load_settings
 from recalld.retrieval import answerability
-
-SAMPLE = {
-    "sample_id": "conv-a",
-    "conversation": {
-        "speaker_a": "Ana",
-        "speaker_b": "Ben",
-        "session_1_date_time": "1:56 pm on 8 May, 2023",
-        "session_1": [
-            {"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a beagle puppy last week."},
-            {"speaker": "Ben", "dia_id": "D1:2", "text": "Lovely! I started cello lessons."},
-            {"speaker": "Ana", "dia_id": "D1:3", "text": "The beagle chews every shoe I own."},
-            {"speaker": "Ben", "dia_id": "D1:4", "text": "My cello teacher is very strict."},
-        ],
-    },
-}
+from tests.helpers.conversations import ana_and_ben, memory_with
 
 
 @pytest.fixture
 async def memory(tmp_path: Path):
-    env = {"RECALLD_HOME": str(tmp_path), "RECALLD_EMBED__MODEL": "hash:64"}
-    settings = load_settings(None, env).settings
-    async with await AsyncMemory.open(settings) as opened:
-        await opened.ingestor.ingest_bytes("locomo:a", "locomo.json", json.dumps(SAMPLE).encode())
+    async with memory_with(tmp_path, ana_and_ben("conv-a"), "locomo:a") as opened:
         yield opened
 
 

@@ -8,10 +8,9 @@ import pytest
 
 from recalld.api import AsyncMemory
 from recalld.cli.admin import answerability_line
-from recalld.config import load_settings
 from recalld.retrieval import answerability_tune, selftune
 from recalld.types import Chunk, Filters
-from tests.helpers.postgres import VECTOR_INDEX
+from tests.helpers.conversations import memory_with
 
 TOPICS = [
     ("planted", "tomatoes", "basil", "garden"),
@@ -74,14 +73,8 @@ def sample() -> dict[str, object]:
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def memory(request: pytest.FixtureRequest, tmp_path: Path):
-    env = {"RECALLD_HOME": str(tmp_path), "RECALLD_EMBED__MODEL": "hash:64"}
-    if request.param == "postgresql":
-        env["RECALLD_STORE__PATH"] = request.getfixturevalue("pg_url")
-        env["RECALLD_STORE__VECTOR_INDEX"] = VECTOR_INDEX
-    settings = load_settings(None, env).settings
-    async with await AsyncMemory.open(settings) as opened:
-        data = json.dumps(sample()).encode()
-        await opened.ingestor.ingest_bytes("locomo:tune", "locomo.json", data)
+    pg_url = request.getfixturevalue("pg_url") if request.param == "postgresql" else None
+    async with memory_with(tmp_path, sample(), "locomo:tune", pg_url) as opened:
         yield opened
 
 

@@ -1,43 +1,23 @@
 """Facts with their source turn: a fact hit carries the turn it was drawn from."""
 
 import dataclasses
-import json
 from pathlib import Path
 
 import pytest
 
 from recalld.api import AsyncMemory
-from recalld.config import load_settings
 from recalld.retrieval import fact_source
 from recalld.types import Filters
-from tests.helpers.postgres import VECTOR_INDEX
+from tests.helpers.conversations import ana_and_ben, memory_with
 
-SAMPLE = {
-    "sample_id": "conv-f",
-    "conversation": {
-        "speaker_a": "Ana",
-        "speaker_b": "Ben",
-        "session_1_date_time": "1:56 pm on 8 May, 2023",
-        "session_1": [
-            {"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a beagle puppy last week."},
-            {"speaker": "Ben", "dia_id": "D1:2", "text": "Lovely! I started cello lessons."},
-            {"speaker": "Ana", "dia_id": "D1:3", "text": "The beagle chews every shoe I own."},
-            {"speaker": "Ben", "dia_id": "D1:4", "text": "My cello teacher is very strict."},
-        ],
-    },
-}
+SAMPLE = ana_and_ben("conv-f")
 FACTS = Filters(granularities=("fact",))
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def memory(request: pytest.FixtureRequest, tmp_path: Path):
-    env = {"RECALLD_HOME": str(tmp_path), "RECALLD_EMBED__MODEL": "hash:64"}
-    if request.param == "postgresql":
-        env["RECALLD_STORE__PATH"] = request.getfixturevalue("pg_url")
-        env["RECALLD_STORE__VECTOR_INDEX"] = VECTOR_INDEX
-    settings = load_settings(None, env).settings
-    async with await AsyncMemory.open(settings) as opened:
-        await opened.ingestor.ingest_bytes("locomo:f", "locomo.json", json.dumps(SAMPLE).encode())
+    pg_url = request.getfixturevalue("pg_url") if request.param == "postgresql" else None
+    async with memory_with(tmp_path, SAMPLE, "locomo:f", pg_url) as opened:
         yield opened
 
 
