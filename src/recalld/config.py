@@ -219,6 +219,12 @@ class SearchSettings:
     # the turn it was drawn from as context. Off: at equal budgets of returned words it lost
     # on LoCoMo (README, Benchmarks).
     fact_source: bool = False
+    # Session-first scoring (issue 14, retrieval/sessions.py; Memsense): turn-level candidates
+    # add bounded support, min(cap, weight x best turn), to their session, and the sessions
+    # are returned instead ("match small, return big"). Off: measured in the README.
+    session_first: bool = False
+    session_support_cap: float = 0.12
+    session_support_weight: float = 0.6
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from recalld.retrieval.answerability import AnswerabilityCheck
 from recalld.retrieval.diversity import MMR, Dedup
 from recalld.retrieval.pipeline import Candidates, Query, Stage
 from recalld.retrieval.rerank import Rerank
+from recalld.retrieval.sessions import SessionFirst
 from recalld.retrieval.status import StatusPenalty
 from recalld.retrieval.temporal import TimeBoost
 
@@ -31,6 +32,7 @@ class Limit(Stage):
 
 STAGES: tuple[Stage, ...] = (
     Activation(),  # search.activation: links from the best candidates add chunks
+    SessionFirst(),  # search.session_first: sessions in place of their turns
     TimeBoost(),  # the query's time words boost the candidates in their range
     Rerank(),  # MemX's recency, frequency and importance factors
     StatusPenalty(),  # superseded and contradicted chunks rank down
