@@ -159,6 +159,9 @@ class SearchSettings:
     # Tuned on SciFact train and LoCoMo dev (README, Benchmarks).
     adaptive_midpoint: float = 0.5
     adaptive_slope: float = 10.0
+    # How many of the best keyword hits the coverage signal reads (the most any one holds):
+    # BM25's best hit is not always the one holding most of the query (issue 14). 1: the best.
+    coverage_depth: int = 1
     gate: bool = True
     # A keyword hit counts as evidence for the gate only when the best BM25 hit holds at least
     # this IDF-weighted share of the query. 0 is MemX's R1 as published (any keyword hit): on

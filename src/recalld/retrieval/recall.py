@@ -26,7 +26,7 @@ import numpy.typing as npt
 from recalld.errors import EmbeddingError, RecalldError
 from recalld.retrieval import completion, fusion, gate
 from recalld.retrieval.pipeline import Candidates, Query
-from recalld.storage.contract import Store
+from recalld.storage.contract import Reader, Store
 from recalld.storage.fts import match_expression, quote_term
 from recalld.types import Tier
 
@@ -125,7 +125,11 @@ async def recall(asked: Query, store: Store, embed: EmbedQuery, doc_freqs: DocFr
     vec_hits = vec_task.result() if vec_task else []
     kw_hits = kw_task.result() if kw_task else []
     dfs, total = df_task.result() if df_task else ([], 0)
-    coverage = await _coverage(store, terms, dfs, total, kw_hits) if kw_hits else 0.0
+    coverage = (
+        await _coverage(store, terms, dfs, total, kw_hits[: opts.coverage_depth])
+        if kw_hits
+        else 0.0
+    )
     return Recalled(vec_hits, kw_hits, dfs, total, coverage, degraded, timings, vector_keyword)
 
 
@@ -137,11 +141,16 @@ def _completes(asked: Query) -> bool:
 async def _coverage(
     store: Store, terms: list[str], dfs: list[int], total: int, kw_hits: list[tuple[int, float]]
 ) -> float:
-    """The IDF-weighted share of the query the best keyword hit contains (0 to 1)."""
-    top = kw_hits[0][0]
+    """The IDF-weighted share of the query that the keyword hits given contain (0 to 1): the
+    most any one of them holds (`search.coverage_depth` hits; 1, the default, reads the best)."""
     expressions = [quote_term(t) for t in terms]
-    matched = await store.read(lambda c: c.matched_terms(top, expressions))
-    return fusion.idf_coverage(dfs, matched, total)
+    ids = [cid for cid, _ in kw_hits]
+    matched = await store.read(lambda c: _matched(c, ids, expressions))
+    return max(fusion.idf_coverage(dfs, m, total) for m in matched)
+
+
+async def _matched(reader: Reader, ids: list[int], expressions: list[str]) -> list[list[bool]]:
+    return [await reader.matched_terms(cid, expressions) for cid in ids]
 
 
 async def complete(

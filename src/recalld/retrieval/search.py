@@ -233,6 +233,8 @@ class Searcher:
                 f"mode must be one of {MODES}, fusion one of {FUSIONS}, weighting one of "
                 f"{WEIGHTINGS} and time_mode one of {TIME_MODES}"
             )
+        if opts.coverage_depth < 1:
+            raise QueryError("coverage_depth must be 1 or more")
         if opts.budget_tokens < 0:
             raise QueryError("budget_tokens must be 0 (no packing) or more")
         limit = opts.limit if limit is None else limit

@@ -284,24 +284,30 @@ class _Candidates:
 
 
 async def _candidates(
-    store: Store, query: PseudoQuery, vector: npt.NDArray[np.float32], pool: int, total: int
+    store: Store,
+    query: PseudoQuery,
+    vector: npt.NDArray[np.float32],
+    pool: int,
+    total: int,
+    depth: int = 1,
 ) -> _Candidates:
     terms = query_terms(query.text)
     expression = match_expression(terms)
     scope = Filters(kinds=(query.kind,))
 
-    async def routes(conn: Reader) -> tuple[Any, Any, list[int], list[bool]]:
+    async def routes(conn: Reader) -> tuple[Any, Any, list[int], list[list[bool]]]:
         vec = await conn.knn(vector, pool, scope)
         kw = await conn.fts(expression, pool, scope)
         dfs = [await conn.document_frequency(quote_term(t)) for t in terms]
         quoted = [quote_term(t) for t in terms]
-        matched = await conn.matched_terms(kw[0][0], quoted) if kw else []
+        # As a search reads it: the most of the query any of the best `depth` hits holds.
+        matched = [await conn.matched_terms(cid, quoted) for cid, _ in kw[:depth]]
         return vec, kw, dfs, matched
 
     vec_hits, kw_hits, dfs, matched = await store.read(routes)
     similarity = {cid: 1.0 - dist for cid, dist in vec_hits}
     keyword = dict(kw_hits)
-    coverage = fusion.idf_coverage(dfs, matched, total) if kw_hits else 0.0
+    coverage = max((fusion.idf_coverage(dfs, m, total) for m in matched), default=0.0)
     completed = await completion.complete(store, vector, expression, similarity, keyword)
     return _Candidates(
         query,
@@ -426,7 +432,9 @@ async def calibrate(
         pool = base.candidates
         candidates = []
         for i, query in enumerate(drawn):
-            candidates.append(await _candidates(store, query, vectors[i], pool, total))
+            candidates.append(
+                await _candidates(store, query, vectors[i], pool, total, base.coverage_depth)
+            )
             if progress is not None and (i + 1) % PROGRESS_EVERY == 0:
                 await progress({"kind": kind, "done": i + 1, "total": len(drawn)})
         scores = await asyncio.to_thread(score_families, candidates, base)
