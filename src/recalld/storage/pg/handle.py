@@ -53,12 +53,16 @@ class PgConn:
         writer: Writer,
         dimension: int,
         term_stats: TermStats | None = None,
+        *,
+        hnsw_set: bool = False,
     ):
         self.conn = conn
         self.writer = writer
         self.dimension = dimension
         # The store's cache of keyword document frequencies (reads only; None: count afresh).
         self.term_stats = term_stats
+        # Whether the transaction began with the HNSW scan settings (`readers.begin_read`).
+        self.hnsw_set = hnsw_set
 
     async def fetch(self, sql: str, params: Sequence[Any] | None = None) -> list[Any]:
         """Run a `%s`-style query and return every row as a tuple."""

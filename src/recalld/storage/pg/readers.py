@@ -33,6 +33,20 @@ _QUOTED = re.compile(r'"((?:[^"]|"")*)"')
 _EF_SEARCH_MIN = 100
 
 
+_ITERATIVE_SCAN = "strict_order"
+
+
+def begin_read(timeout_ms: int) -> bytes:
+    """The statements that open a read: a read-only transaction with the query time limit
+    and the HNSW scan settings `knn` wants for up to `_EF_SEARCH_MIN` rows, sent as one
+    simple-protocol string (one round trip). `SET LOCAL` ends with the transaction."""
+    return (
+        f"BEGIN READ ONLY; SET LOCAL statement_timeout = {int(timeout_ms)}; "
+        f"SET LOCAL hnsw.ef_search = {_EF_SEARCH_MIN}; "
+        f"SET LOCAL hnsw.iterative_scan = {_ITERATIVE_SCAN}"
+    ).encode()
+
+
 def terms_of(expression: str) -> list[str]:
     """The terms of an FTS5 expression built by `storage.fts.match_expression`."""
     return [m.group(1).replace('""', '"') for m in _QUOTED.finditer(expression)]
@@ -86,11 +100,12 @@ async def knn(
     query = np.ascontiguousarray(vector, dtype=np.float32)
     simple = Filters(kinds=filters.kinds, granularities=filters.granularities)
     if filters == simple:
-        await conn.run(
-            "SELECT set_config('hnsw.ef_search', %s, true), "
-            "set_config('hnsw.iterative_scan', 'strict_order', true)",
-            (str(min(1000, max(_EF_SEARCH_MIN, k))),),
-        )
+        if not conn.hnsw_set or k > _EF_SEARCH_MIN:
+            await conn.run(
+                "SELECT set_config('hnsw.ef_search', %s, true), "
+                "set_config('hnsw.iterative_scan', %s, true)",
+                (str(min(1000, max(_EF_SEARCH_MIN, k))), _ITERATIVE_SCAN),
+            )
         where, params = filter_sql(filters)
         rows = await conn.fetch(
             "SELECT v.chunk_id, v.embedding <=> %s AS distance FROM chunks_vec v "
@@ -121,11 +136,58 @@ async def _term_weights(conn: PgConn, terms: list[str]) -> list[Any]:
     return [terms, await stats.frequencies(conn, terms), await stats.chunk_total(conn)]
 
 
+# `fts` without filters when no term is counted yet: one pass over the (term, chunk) matches
+# gives both each term's document frequency (the IDF's, and `term_stats`' to keep) and the
+# scores. The sums add each chunk's terms in the same order as `_WEIGHTED_TERMS`' join (terms
+# sorted by tsquery), so scores are the same floats. Rows of kind 0 are hits `(0, id, score)`,
+# kind 1 the counts `(1, term's position, count)`.
+_COUNTED_FTS = (
+    "WITH terms AS MATERIALIZED (SELECT DISTINCT ON (q) q FROM (SELECT recalld_term(t) AS q "
+    "  FROM unnest(%s::text[]) AS u(t)) x WHERE numnode(q) > 0 ORDER BY q), "
+    "matches AS MATERIALIZED (SELECT w.q, c.id, ts_rank(c.tsv, w.q, 1) AS r "
+    "  FROM terms w JOIN chunks c ON c.tsv @@ w.q), "
+    "counted AS MATERIALIZED (SELECT q, count(*) AS n FROM matches GROUP BY q), "
+    "weighted AS MATERIALIZED (SELECT q, "
+    "  ln(1 + (greatest(%s::bigint, n) - n + 0.5) / (n + 0.5)) AS idf FROM counted) "
+    "SELECT 0, id, score FROM (SELECT m.id, sum(w.idf * m.r) AS score "
+    "  FROM matches m JOIN weighted w ON w.q = m.q "
+    "  GROUP BY m.id ORDER BY score DESC, m.id LIMIT %s) top "
+    "UNION ALL SELECT 1, u.n, coalesce(c.n, 0) FROM unnest(%s::text[]) WITH ORDINALITY AS u(t, n) "
+    "LEFT JOIN counted c ON c.q = recalld_term(u.t)"
+)
+
+
+async def _counted_fts(
+    conn: PgConn, stats: term_stats.TermStats, terms: list[str], k: int
+) -> list[tuple[int, float]] | None:
+    """`fts` without filters that counts the terms in its own pass (`_COUNTED_FTS`) and gives
+    the counts to `stats`; None when another search counts (or counted) one of them."""
+    mine = stats.unclaimed(terms)
+    if mine is None:
+        return None
+    claimed = list(mine)
+    try:
+        total = await stats.chunk_total(conn)
+        rows = await conn.fetch(_COUNTED_FTS, [claimed, total, k, claimed])
+    except BaseException as exc:
+        stats.abandon(mine, exc)
+        raise
+    found = dict.fromkeys(range(1, len(claimed) + 1), 0)
+    found.update((int(r[1]), int(r[2])) for r in rows if r[0] == 1)
+    stats.settle(mine, list(found.values()))
+    hits = [(int(r[1]), float(r[2])) for r in rows if r[0] == 0]
+    return sorted(hits, key=lambda hit: (-hit[1], hit[0]))  # UNION ALL promises no order
+
+
 async def fts(conn: PgConn, expression: str, k: int, filters: Filters) -> list[tuple[int, float]]:
     """The `k` best keyword matches as `(chunk_id, score)`, best first (see module docstring)."""
     terms = terms_of(expression)
     if not terms:
         return []
+    if conn.term_stats is not None and filters.is_empty():
+        hits = await _counted_fts(conn, conn.term_stats, terms, k)
+        if hits is not None:
+            return hits
     where, params = filter_sql(filters)
     join = "" if filters.is_empty() else "JOIN documents d ON d.id = c.document_id"
     rows = await conn.fetch(

@@ -24,7 +24,7 @@ from psycopg_pool import AsyncConnectionPool
 from recalld.errors import QueryError, StoreError, StoreGoneError
 from recalld.storage import contract
 from recalld.storage.model_switch import ModelSwitch, shielded
-from recalld.storage.pg import schema
+from recalld.storage.pg import readers, schema
 from recalld.storage.pg.access import PgReader, PgWriter
 from recalld.storage.pg.handle import PgConn, Writer, register_vector
 from recalld.storage.pg.repair import repair_store
@@ -160,6 +160,7 @@ class PgStore(ModelSwitch):
         self._pool = pool
         self._write_lock = asyncio.Lock()
         self._timeout_ms = query_timeout_ms
+        self._begin_read = readers.begin_read(query_timeout_ms)
         self._commits = 0
         self._bulk = False
         self._term_stats = TermStats(lambda: self.generation)
@@ -244,14 +245,18 @@ class PgStore(ModelSwitch):
         """Borrow a connection in a read-only transaction, with the query time limit armed."""
         async with self._pool.connection() as conn:
             try:
-                async with conn.transaction():
-                    # One round trip for both (a transaction may turn read-only at any point).
-                    await conn.execute(
-                        "SELECT set_config('transaction_read_only', 'on', true), "
-                        "set_config('statement_timeout', %s, true)",
-                        (str(self._timeout_ms),),
+                # The transaction opens with its settings in one round trip (a search makes
+                # several reads, each once paying BEGIN and COMMIT), ends with COMMIT, or with
+                # ROLLBACK when `fn` raised.
+                await conn.execute(self._begin_read)
+                try:
+                    yield PgConn(
+                        conn, self.identity, self.dimension, self._term_stats, hnsw_set=True
                     )
-                    yield PgConn(conn, self.identity, self.dimension, self._term_stats)
+                except BaseException:
+                    await conn.rollback()
+                    raise
+                await conn.commit()
             except psycopg.errors.QueryCanceled as exc:
                 raise QueryError(
                     f"query took longer than {self._timeout_ms / 1000:g} s and was stopped; "

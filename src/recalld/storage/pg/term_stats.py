@@ -63,19 +63,42 @@ class TermStats:
         counts = self._counts
         missing = list(dict.fromkeys(t for t in terms if t not in counts))
         if missing:
-            loop = asyncio.get_running_loop()
-            mine = {t: loop.create_future() for t in missing}
-            counts.update(mine)
+            mine = self._claim(missing)
             try:
                 found = await count(conn, missing)
             except BaseException as exc:
-                for term, future in mine.items():
-                    counts.pop(term, None)
-                    _fail(future, exc)
+                self.abandon(mine, exc)
                 raise
-            for (_, future), n in zip(mine.items(), found, strict=True):
-                future.set_result(n)
+            self.settle(mine, found)
         return [await asyncio.shield(counts[t]) for t in terms]
+
+    def unclaimed(self, terms: Sequence[str]) -> dict[str, asyncio.Future[int]] | None:
+        """When no search has counted, or is counting, any of `terms`: their counts, claimed
+        as in flight for a caller that counts them itself (`readers.fts` counts them in its
+        own pass over the matches) and then calls `settle` or `abandon`. Else None."""
+        self._current()
+        if any(t in self._counts for t in terms):
+            return None
+        return self._claim(list(dict.fromkeys(terms)))
+
+    def _claim(self, terms: Sequence[str]) -> dict[str, asyncio.Future[int]]:
+        loop = asyncio.get_running_loop()
+        mine = {t: loop.create_future() for t in terms}
+        self._counts.update(mine)
+        return mine
+
+    @staticmethod
+    def settle(mine: dict[str, asyncio.Future[int]], found: Sequence[int]) -> None:
+        """The claimed counts, in `mine`'s order."""
+        for future, n in zip(mine.values(), found, strict=True):
+            future.set_result(n)
+
+    def abandon(self, mine: dict[str, asyncio.Future[int]], exc: BaseException) -> None:
+        """The claimed counts failed: forget them and pass `exc` on to their waiters."""
+        for term, future in mine.items():
+            if self._counts.get(term) is future:
+                del self._counts[term]
+            _fail(future, exc)
 
     async def chunk_total(self, conn: PgConn) -> int:
         """`total(conn)`, once per generation."""
