@@ -1,7 +1,7 @@
 """The SQLite implementation of the storage contract (`storage.contract`).
 
-`SqliteReader` wraps one aiosqlite connection and the store's in-memory vector index; each
-operation runs the SQL of this folder's `readers`, `writer`, `links`, ... on it.
+`SqliteReader` wraps one aiosqlite connection and the store's in-memory vector and keyword
+indexes; each operation runs the SQL of this folder's `readers`, `writer`, `links`, ... on it.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import numpy.typing as npt
 
 from recalld.storage import contract
 from recalld.storage.records import Link, MemoryEdit, NewChunk, NewDocument, ReindexState
-from recalld.storage.sqlite import history, import_sql, projects, readers, reindex, writer
+from recalld.storage.sqlite import history, import_sql, keywords, projects, readers, reindex, writer
 from recalld.storage.sqlite import links as stored_links
+from recalld.storage.sqlite.keywords import KeywordIndex
 from recalld.storage.sqlite.vectors import VectorIndex
 from recalld.types import Chunk, Document, Filters
 
@@ -24,11 +25,16 @@ from recalld.types import Chunk, Document, Filters
 class SqliteReader(contract.Reader):
     """The read operations on one SQLite connection (a pooled reader, or the writer)."""
 
-    def __init__(self, conn: aiosqlite.Connection, vectors: VectorIndex) -> None:
+    def __init__(
+        self, conn: aiosqlite.Connection, vectors: VectorIndex, keyword_index: KeywordIndex | None
+    ) -> None:
         self.conn = conn
         self.vectors = vectors
         # The index a search goes through: the writer's is None (see `SqliteWriter`).
         self.search_index: VectorIndex | None = vectors
+        # The keyword mirror; None: FTS5 answers (the writer, which sees its own uncommitted
+        # changes, which the mirror cannot).
+        self.keyword_index = keyword_index
 
     def prefix_match(self, column: str, prefixes: Sequence[str]) -> tuple[str, list[Any]]:
         # A range keeps the index on `source` usable and needs no LIKE escaping.
@@ -49,10 +55,23 @@ class SqliteReader(contract.Reader):
         return await readers.knn(self.conn, self.search_index, vector, k, filters)
 
     async def fts(self, expression: str, k: int, filters: Filters) -> list[tuple[int, float]]:
-        return await readers.fts(self.conn, expression, k, filters)
+        found = await keywords.lookup(self.keyword_index, self.conn, [expression])
+        if found is None:
+            return await readers.fts(self.conn, expression, k, filters)
+        snapshot, (tokens,) = found
+        ids, scores = snapshot.scores(tokens)
+        if not filters.is_empty() and len(ids):
+            allowed = await stored_links.matching(self.conn, ids.tolist(), filters)
+            keep = np.isin(ids, np.array(sorted(allowed), dtype=np.int64))
+            ids, scores = ids[keep], scores[keep]
+        return keywords.ranked(ids, scores, k)
 
     async def keyword_scores(self, expression: str, ids: Sequence[int]) -> dict[int, float]:
-        return await readers.keyword_scores(self.conn, expression, ids)
+        found = await keywords.lookup(self.keyword_index, self.conn, [expression])
+        if found is None or not ids:
+            return await readers.keyword_scores(self.conn, expression, ids)
+        snapshot, (tokens,) = found
+        return keywords.scores_of(snapshot, tokens, ids)
 
     async def latest_event_time(self, filters: Filters) -> float | None:
         return await readers.latest_event_time(self.conn, filters)
@@ -66,10 +85,18 @@ class SqliteReader(contract.Reader):
         return await readers.document_frequency(self.conn, expression)
 
     async def document_frequencies(self, expressions: Sequence[str]) -> list[int]:
-        return await readers.document_frequencies(self.conn, expressions)
+        found = await keywords.lookup(self.keyword_index, self.conn, expressions)
+        if found is None:
+            return await readers.document_frequencies(self.conn, expressions)
+        snapshot, per_expression = found
+        return [snapshot.frequency(tokens) for tokens in per_expression]
 
     async def matched_terms(self, chunk_id: int, expressions: Sequence[str]) -> list[bool]:
-        return await readers.matched_terms(self.conn, chunk_id, expressions)
+        found = await keywords.lookup(self.keyword_index, self.conn, expressions)
+        if found is None:
+            return await readers.matched_terms(self.conn, chunk_id, expressions)
+        snapshot, per_expression = found
+        return [any(snapshot.contains(t, chunk_id) for t in tokens) for tokens in per_expression]
 
     async def meta_value(self, key: str) -> str | None:
         return await readers.meta_value(self.conn, key)
@@ -171,7 +198,7 @@ class SqliteWriter(SqliteReader, contract.Writer):
     """
 
     def __init__(self, conn: aiosqlite.Connection, vectors: VectorIndex) -> None:
-        super().__init__(conn, vectors)
+        super().__init__(conn, vectors, None)
         self.search_index = None
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:

@@ -36,6 +36,7 @@ from recalld.storage.sqlite.connection import (
     is_damaged,
 )
 from recalld.storage.sqlite.guard import StoreFiles, disk_full_error, is_disk_full
+from recalld.storage.sqlite.keywords import KeywordIndex
 from recalld.storage.sqlite.repair import repair_store
 
 logger = logging.getLogger(__name__)
@@ -154,6 +155,8 @@ class SqliteStore(ModelSwitch):
         self.vectors = vectors.VectorIndex(dimension, self._write_lock)
         self.vectors.on_foreign = self._foreign_write
         self.vectors.untimed = self._untimed
+        # BM25 from memory, mirrored from FTS5 (storage/sqlite/keywords.py); readers only.
+        self.keywords = KeywordIndex(path if path.is_file() else None)
         self._init_model_switch()
 
     @classmethod
@@ -224,12 +227,13 @@ class SqliteStore(ModelSwitch):
             await self._writer.close()
         for reader in self._all_readers:
             await reader.close()
+        await asyncio.to_thread(self.keywords.close)
 
     @contextlib.asynccontextmanager
     async def reading(self) -> AsyncIterator[Reader]:
         """Borrow a reader, with the query time limit armed."""
         async with self.reading_conn() as conn:
-            yield SqliteReader(conn, self.vectors)
+            yield SqliteReader(conn, self.vectors, self.keywords)
 
     @contextlib.asynccontextmanager
     async def reading_conn(self) -> AsyncIterator[aiosqlite.Connection]:

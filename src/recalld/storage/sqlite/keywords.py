@@ -1,0 +1,417 @@
+"""BM25 in memory, mirrored from the FTS5 index: the same ranked ids and scores, in ~1 ms.
+
+FTS5 ranks an OR of 15 terms by calling bm25() on every row that matches any of them (~4,000
+rows on SciFact's 13,948 chunks), reading each row's position lists: ~30 ms a question, where
+listing the matching rows alone takes ~7 ms (issue 20). This mirror holds, per token, the rows
+that contain it and how often, and each row's length, read from FTS5 itself (`fts5vocab` and
+the `_docsize` and `_data` shadow tables): FTS5 stays the store's keyword index and the source
+of truth. Scores are computed as FTS5's built-in bm25() computes them (fts5_aux.c, k1 = 1.2,
+b = 0.75, one IDF per phrase floored at 1e-6, summed in phrase order, in doubles), so the
+ranked ids and scores are identical.
+
+Staleness: every committed change to the FTS5 index rewrites its structure record (a new
+segment, a larger write counter) and its averages record (`_data` rows 10 and 1). A snapshot
+remembers both; every lookup first reads them (one point query) and uses the snapshot only
+when they are unchanged, whichever process wrote. Otherwise the lookup answers from FTS5 and
+a rebuild starts in a thread on its own connection, reading everything in one transaction;
+rebuilds take at most a fifth of the time (`_REBUILD_DUTY`), so a store being written to is
+searched through FTS5 until it settles.
+
+Terms are tokenised by FTS5 itself, on a private in-memory table with the store's tokenizer.
+A term that is several tokens (a phrase, such as `don't`) needs positions the mirror does
+not hold: such lookups answer from FTS5.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+import numpy as np
+import numpy.typing as npt
+
+from recalld.storage.sqlite.connection import sqlite
+from recalld.storage.sqlite.schema import FTS_TOKENIZE
+
+logger = logging.getLogger(__name__)
+
+# FTS5's bm25() constants (fts5_aux.c).
+_K1 = 1.2
+_B = 0.75
+# The structure record and the averages record of an FTS5 index (fts5_index.c).
+_KEY_SQL = "SELECT id, block FROM chunks_fts_data WHERE id IN (1, 10) ORDER BY id"
+# A rebuild runs at most this share of the time (after one of t seconds, none for 4t).
+_REBUILD_DUTY = 0.2
+# Above this many (token, row) pairs the mirror is not built (~8 bytes each): FTS5 answers.
+MAX_POSTINGS = 12_000_000
+# Tokenised terms remembered (a few MB at most).
+_TOKEN_CACHE = 20_000
+# Occurrences read per statement while building (16 bytes of hex text each).
+_READ_BATCH = 1_000_000
+
+_QUOTED = re.compile(r'"((?:[^"]|"")*)"')
+
+Key = tuple[bytes, ...]
+Phrases = list[tuple[str, ...]]
+
+
+def expression_terms(expression: str) -> list[str] | None:
+    """The terms of an expression built by `storage.fts.match_expression` (quoted terms joined
+    by OR), or None for any other FTS5 syntax."""
+    terms = [m.group(1).replace('""', '"') for m in _QUOTED.finditer(expression)]
+    rebuilt = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
+    return terms if terms and rebuilt == expression else None
+
+
+def _varints(blob: bytes) -> list[int]:
+    """SQLite varints (big-endian, 7 bits a byte, the ninth byte whole), as FTS5 stores."""
+    out: list[int] = []
+    i = 0
+    while i < len(blob):
+        value = 0
+        for n in range(9):
+            byte = blob[i]
+            i += 1
+            if n == 8:
+                value = (value << 8) | byte
+                break
+            value = (value << 7) | (byte & 0x7F)
+            if not byte & 0x80:
+                break
+        out.append(value)
+    return out
+
+
+def _totals(averages: bytes | None) -> tuple[int, int]:
+    """FTS5's row count and token count, from its averages record (absent: an empty index)."""
+    values = _varints(averages) if averages else [0]
+    return values[0], sum(values[1:])
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The FTS5 index at one commit: per token, its rows (row numbers, ascending) and counts.
+
+    Attributes:
+        key: The structure and averages records it was read with.
+        terms: Token -> term number; term t's postings are `starts[t]:starts[t + 1]`.
+        starts: Posting offsets per term (terms + 1).
+        rows: Per posting, the row number (an index into `rowids`).
+        counts: Per posting, the token's occurrences in that row.
+        rowids: Chunk ids, ascending.
+        lengths: Each row's length in tokens (FTS5's xColumnSize(-1)), as doubles.
+        total_rows, avgdl: FTS5's xRowCount and xColumnTotalSize(-1) / xRowCount.
+    """
+
+    key: Key
+    terms: dict[str, int]
+    starts: npt.NDArray[np.int64]
+    rows: npt.NDArray[np.int32]
+    counts: npt.NDArray[np.int32]
+    rowids: npt.NDArray[np.int64]
+    lengths: npt.NDArray[np.float64]
+    total_rows: int
+    avgdl: float
+
+    def nbytes(self) -> int:
+        """Memory held, roughly (arrays, and ~100 bytes a term in the dict)."""
+        arrays = (self.starts, self.rows, self.counts, self.rowids, self.lengths)
+        return sum(a.nbytes for a in arrays) + 100 * len(self.terms)
+
+    def postings(self, token: str) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+        """The rows holding `token` and its counts there (empty if none)."""
+        term = self.terms.get(token)
+        if term is None:
+            return self.rows[:0], self.counts[:0]
+        lo, hi = int(self.starts[term]), int(self.starts[term + 1])
+        return self.rows[lo:hi], self.counts[lo:hi]
+
+    def scores(
+        self, tokens: Sequence[str]
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+        """Every row matching any token, as `(chunk ids ascending, -bm25)`, computed as FTS5's
+        bm25() does for an OR of these one-token phrases, in this order."""
+        found = [self.postings(t) for t in tokens]
+        score = np.zeros(len(self.rowids), dtype=np.float64)
+        hit = np.zeros(len(self.rowids), dtype=bool)
+        n_rows, avgdl = float(self.total_rows), self.avgdl
+        for rows, counts in found:
+            if not len(rows):
+                continue  # adds 0.0 to every row in FTS5: no change
+            hits = float(len(rows))
+            idf = math.log((n_rows - hits + 0.5) / (hits + 0.5))
+            if idf <= 0.0:
+                idf = 1e-6
+            freq = counts.astype(np.float64)
+            size = self.lengths[rows]
+            # The expression of fts5Bm25Function, operation for operation.
+            part = idf * ((freq * (_K1 + 1.0)) / (freq + _K1 * (1 - _B + _B * size / avgdl)))
+            score[rows] += part
+            hit[rows] = True
+        matched = np.flatnonzero(hit)
+        return self.rowids[matched], score[matched]
+
+    def frequency(self, tokens: Sequence[str]) -> int:
+        """How many rows hold any of `tokens` (FTS5's count of an OR of them)."""
+        if len(tokens) == 1:
+            return len(self.postings(tokens[0])[0])
+        return len(self.scores(tokens)[0])
+
+    def contains(self, token: str, rowid: int) -> bool:
+        """Whether row `rowid` holds `token`."""
+        at = int(np.searchsorted(self.rowids, rowid))
+        if at >= len(self.rowids) or int(self.rowids[at]) != rowid:
+            return False
+        rows, _ = self.postings(token)
+        i = int(np.searchsorted(rows, at))
+        return i < len(rows) and int(rows[i]) == at
+
+
+def ranked(
+    ids: npt.NDArray[np.int64], scores: npt.NDArray[np.float64], k: int
+) -> list[tuple[int, float]]:
+    """The `k` best `(id, score)`, best first; equal scores by ascending id (as FTS5's
+    `ORDER BY rank` returns them)."""
+    if len(ids) > 4 * k:
+        part = np.argpartition(-scores, k - 1)[:k]
+        cut = scores[part].min()
+        keep = np.flatnonzero(scores >= cut)  # every row tied with the k-th stays in the sort
+        ids, scores = ids[keep], scores[keep]
+    order = np.lexsort((ids, -scores))[:k]
+    return [(int(ids[i]), float(scores[i])) for i in order]
+
+
+def scores_of(snapshot: Snapshot, tokens: Sequence[str], ids: Sequence[int]) -> dict[int, float]:
+    """The scores of those of `ids` that match, by ascending id (FTS5's order)."""
+    found, scores = snapshot.scores(tokens)
+    wanted = np.unique(np.asarray(ids, dtype=np.int64))
+    at = np.minimum(np.searchsorted(found, wanted), max(len(found) - 1, 0))
+    hit = found[at] == wanted if len(found) else np.zeros(len(wanted), dtype=bool)
+    return {int(i): float(s) for i, s in zip(wanted[hit], scores[at[hit]], strict=True)}
+
+
+class Stopped(Exception):
+    """The store closed during a build."""
+
+
+def read_snapshot(path: Path, stopped: threading.Event | None = None) -> Snapshot | None:
+    """Read the FTS5 index of the store at `path` in one read transaction (None: more than
+    `MAX_POSTINGS` postings). Raises `Stopped` soon after `stopped` is set."""
+    conn = sqlite.connect(
+        f"file:{path.resolve()}?mode=ro", uri=True, isolation_level=None, timeout=30.0
+    )
+    try:
+        conn.execute("CREATE VIRTUAL TABLE temp.kw_rows USING fts5vocab(main, chunks_fts, row)")
+        conn.execute(
+            "CREATE VIRTUAL TABLE temp.kw_instances USING fts5vocab(main, chunks_fts, instance)"
+        )
+        conn.execute("BEGIN")
+        try:
+            return _read(conn, stopped or threading.Event())
+        finally:
+            conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+def _read(conn: Any, stopped: threading.Event) -> Snapshot | None:
+    records = {int(r[0]): bytes(r[1]) for r in conn.execute(_KEY_SQL).fetchall()}
+    key = tuple(records.values())
+    total_rows, total_tokens = _totals(records.get(1))
+    docsize = conn.execute("SELECT id, sz FROM chunks_fts_docsize ORDER BY id").fetchall()
+    rowids = np.array([int(r[0]) for r in docsize], dtype=np.int64)
+    lengths = np.array([float(sum(_varints(bytes(r[1])))) for r in docsize], dtype=np.float64)
+    # Per term (in the index's order), its number of occurrences; then every occurrence's row
+    # in the same order, as hex text read a range of terms at a time (a Python object per
+    # occurrence costs ~10x the time, and ~50x the memory).
+    vocabulary = conn.execute("SELECT term, cnt FROM kw_rows").fetchall()
+    occurrences = np.array([int(r[1]) for r in vocabulary], dtype=np.int64)
+    if int(occurrences.sum()) > MAX_POSTINGS:
+        return None
+    batches = _occurrence_rows(conn, vocabulary, occurrences, stopped)
+    docs = np.concatenate([np.zeros(0, dtype=np.int64), *batches])
+    if len(docs) != int(occurrences.sum()):
+        raise RuntimeError("fts5vocab tables disagree")  # not one snapshot: never expected
+    ends = np.cumsum(occurrences)
+    # A posting starts at each term's first occurrence and wherever the row changes.
+    first = np.zeros(len(docs), dtype=bool)
+    if len(docs):
+        first[0] = True
+        first[1:] = docs[1:] != docs[:-1]
+        first[ends[:-1][ends[:-1] < len(docs)]] = True
+    at = np.flatnonzero(first)
+    counts = np.diff(np.append(at, len(docs))).astype(np.int32)
+    rows = np.searchsorted(rowids, docs[at]).astype(np.int32)
+    term_of_posting = np.searchsorted(ends, at, side="right")
+    starts = np.searchsorted(term_of_posting, np.arange(len(vocabulary) + 1)).astype(np.int64)
+    terms = {str(r[0]): i for i, r in enumerate(vocabulary)}
+    avgdl = float(total_tokens) / float(total_rows) if total_rows else 0.0
+    return Snapshot(key, terms, starts, rows, counts, rowids, lengths, total_rows, avgdl)
+
+
+def _occurrence_rows(
+    conn: Any,
+    vocabulary: list[Any],
+    occurrences: npt.NDArray[np.int64],
+    stopped: threading.Event,
+) -> Iterator[npt.NDArray[np.int64]]:
+    """The row of every occurrence, term by term, in batches of ~`_READ_BATCH` occurrences."""
+    ends = np.cumsum(occurrences)
+    first = 0
+    while first < len(vocabulary):
+        if stopped.is_set():
+            raise Stopped
+        last = int(np.searchsorted(ends, ends[first] - occurrences[first] + _READ_BATCH))
+        last = min(max(last, first + 1), len(vocabulary))
+        text = conn.execute(
+            "SELECT group_concat(printf('%016x', doc), '') FROM kw_instances "
+            "WHERE term >= ? AND term <= ?",
+            (vocabulary[first][0], vocabulary[last - 1][0]),
+        ).fetchone()[0]
+        if text:
+            yield np.frombuffer(bytes.fromhex(text), dtype=">i8").astype(np.int64)
+        first = last
+
+
+class Tokens:
+    """Terms tokenised as FTS5 tokenises them, by FTS5 (a private in-memory table)."""
+
+    def __init__(self) -> None:
+        self._conn = sqlite.connect(":memory:", isolation_level=None, check_same_thread=False)
+        self._conn.execute(f"CREATE VIRTUAL TABLE t USING fts5(text, tokenize='{FTS_TOKENIZE}')")
+        self._conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, instance)")
+        self._cache: dict[str, tuple[str, ...]] = {}
+        self._lock = threading.Lock()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def of(self, terms: Sequence[str]) -> Phrases:
+        """Each term's tokens, in order."""
+        missing = [t for t in dict.fromkeys(terms) if t not in self._cache]
+        if missing:
+            with self._lock:
+                if len(self._cache) + len(missing) > _TOKEN_CACHE:
+                    self._cache.clear()
+                self._cache.update(self._tokenise(missing))
+        return [self._cache[t] for t in terms]
+
+    def _tokenise(self, terms: list[str]) -> dict[str, tuple[str, ...]]:
+        conn = self._conn
+        conn.execute("BEGIN")
+        try:
+            conn.executemany("INSERT INTO t (rowid, text) VALUES (?, ?)", enumerate(terms))
+            found = conn.execute("SELECT doc, term FROM v ORDER BY doc, offset").fetchall()
+            conn.execute("DELETE FROM t")
+        finally:
+            conn.execute("COMMIT")
+        tokens: dict[str, list[str]] = {t: [] for t in terms}
+        for doc, token in found:
+            tokens[terms[int(doc)]].append(str(token))
+        return {t: tuple(v) for t, v in tokens.items()}
+
+
+class KeywordIndex:
+    """The store's keyword mirror: the current snapshot, and its rebuilds."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path  # None (in-memory stores): never built, FTS5 answers
+        self.tokens = Tokens()
+        self._snapshot: Snapshot | None = None
+        self._building = False
+        self._next_build = 0.0
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
+        # Lookups answered from the mirror, and by FTS5 for want of a current one.
+        self.served = self.missed = 0
+
+    async def current(self, conn: aiosqlite.Connection) -> Snapshot | None:
+        """The snapshot, if it reflects the FTS5 index `conn` sees now; otherwise None, and a
+        rebuild starts unless one runs or ran too recently."""
+        if self.path is None:
+            return None
+        async with conn.execute(_KEY_SQL) as cursor:
+            key = tuple(bytes(r[1]) for r in await cursor.fetchall())
+        snapshot = self._snapshot
+        if snapshot is not None and snapshot.key == key:
+            self.served += 1
+            return snapshot
+        self.missed += 1
+        self._start_build()
+        return None
+
+    def _start_build(self) -> None:
+        with self._lock:
+            if self._building or self._stopped.is_set() or time.monotonic() < self._next_build:
+                return
+            self._building = True
+            self._thread = threading.Thread(target=self._build, name="keyword-mirror", daemon=True)
+            self._thread.start()
+
+    def _build(self) -> None:
+        started = time.monotonic()
+        try:
+            assert self.path is not None
+            snapshot = read_snapshot(self.path, self._stopped)
+            self._snapshot = snapshot
+            if snapshot is not None:
+                logger.info(
+                    "keyword mirror: %d rows, %d terms, %.1f MB in %.2f s",
+                    len(snapshot.rowids),
+                    len(snapshot.terms),
+                    snapshot.nbytes() / 1e6,
+                    time.monotonic() - started,
+                )
+        except Stopped:
+            pass
+        except Exception:  # a failed build leaves FTS5 answering; the next one may succeed
+            logger.exception("keyword mirror build failed")
+            self._snapshot = None
+        finally:
+            took = time.monotonic() - started
+            with self._lock:
+                self._building = False
+                self._next_build = time.monotonic() + took * (1 / _REBUILD_DUTY - 1)
+
+    def wait_built(self, timeout: float = 60.0) -> None:
+        """Block until no build runs (tests and benchmarks)."""
+        thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+
+    def close(self) -> None:
+        """Stop a running build (it ends within one batch) and drop the snapshot."""
+        self._stopped.set()
+        self.wait_built()
+        self._snapshot = None
+        self.tokens.close()
+
+
+async def lookup(
+    index: KeywordIndex | None, conn: aiosqlite.Connection, expressions: Sequence[str]
+) -> tuple[Snapshot, list[list[str]]] | None:
+    """The current snapshot and each expression's tokens (one a term), or None when FTS5
+    must answer: no mirror (yet), other FTS5 syntax, or a term of several tokens."""
+    if index is None or index.path is None:
+        return None
+    per_expression: list[list[str]] = []
+    for expression in expressions:
+        terms = expression_terms(expression)
+        if terms is None:
+            return None
+        phrases = index.tokens.of(terms)
+        if any(len(p) != 1 for p in phrases):
+            return None
+        per_expression.append([p[0] for p in phrases])
+    snapshot = await index.current(conn)
+    return None if snapshot is None else (snapshot, per_expression)
