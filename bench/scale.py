@@ -316,6 +316,11 @@ async def measure(
         async with store.reading_conn() as conn:
             await store.vectors.ensure_loaded(conn)
         load_s = time.perf_counter() - started
+        # The keyword mirror too, so RSS below holds it (searches would start its build).
+        started = time.perf_counter()
+        async with store.reading_conn() as conn:
+            keywords = await store.keywords.load(conn)
+        keyword_load_s = time.perf_counter() - started
         approximate = store.vectors.use_for((), ())
         tuning = store.vectors.tuning
         routes: dict[str, list[float]] = {"vector": [], "exact": [], "vector_filtered": []}
@@ -377,6 +382,8 @@ async def measure(
         "search_bm25": _latency(keyword),
         "index_load_s": round(load_s, 2),
         "index_mb": index_mb,
+        "keyword_load_s": round(keyword_load_s, 2),
+        "keyword_mb": round(keywords.nbytes() / 2**20, 1) if keywords else None,
         "rss_mb": memory.get("rss_mb"),
         "rss_anon_mb": memory.get("rss_anon_mb"),
         "rss_file_mb": memory.get("rss_file_mb"),

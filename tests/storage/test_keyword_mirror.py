@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from recalld.storage.fts import match_expression, query_terms, quote_term
-from recalld.storage.sqlite import readers
+from recalld.storage.sqlite import keywords, readers
 from recalld.storage.sqlite.keywords import expression_terms
 from recalld.storage.sqlite.store import SqliteStore
 from recalld.types import NO_FILTERS, Filters
@@ -150,3 +150,16 @@ async def test_an_empty_store(store: SqliteStore):
     assert await store.read(lambda r: r.document_frequencies(quoted)) == [0, 0]
     assert await store.read(lambda r: r.matched_terms(1, quoted)) == [False, False]
     assert await store.read(lambda r: r.keyword_scores('"insulin"', [1, 2])) == {}
+
+
+async def test_a_store_above_the_size_limit_is_searched_through_fts5(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(keywords, "MAX_OCCURRENCES", 20)
+    await put(store, "a.md", TEXTS)
+    for _ in range(2):
+        for query in QUERIES:
+            fts5, mirror = await both(store, query)
+            assert mirror == fts5
+        await asyncio.to_thread(store.keywords.wait_built)
+    assert store.keywords.served == 0 and store.keywords.missed > 0

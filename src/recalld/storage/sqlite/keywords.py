@@ -24,6 +24,10 @@ not hold: such lookups answer from FTS5.
 
 from __future__ import annotations
 
+import array
+import asyncio
+import ctypes
+import ctypes.util
 import logging
 import math
 import re
@@ -50,12 +54,16 @@ _B = 0.75
 _KEY_SQL = "SELECT id, block FROM chunks_fts_data WHERE id IN (1, 10) ORDER BY id"
 # A rebuild runs at most this share of the time (after one of t seconds, none for 4t).
 _REBUILD_DUTY = 0.2
-# Above this many (token, row) pairs the mirror is not built (~8 bytes each): FTS5 answers.
-MAX_POSTINGS = 12_000_000
+# Above this many tokens in the index the mirror is not built and FTS5 answers: postings take
+# ~6 bytes each (a 4-byte row number and a 2-byte count; a token repeated in a chunk is one),
+# ~36 MB at 100k synthetic chunks of 40-120 words (8M tokens), and a build then takes ~10 s.
+MAX_OCCURRENCES = 10_000_000
+# The largest count a posting holds (uint16).
+_MAX_COUNT = 65_535
 # Tokenised terms remembered (a few MB at most).
 _TOKEN_CACHE = 20_000
 # Occurrences read per statement while building (16 bytes of hex text each).
-_READ_BATCH = 1_000_000
+_READ_BATCH = 500_000
 
 _QUOTED = re.compile(r'"((?:[^"]|"")*)"')
 
@@ -90,10 +98,12 @@ def _varints(blob: bytes) -> list[int]:
     return out
 
 
-def _totals(averages: bytes | None) -> tuple[int, int]:
-    """FTS5's row count and token count, from its averages record (absent: an empty index)."""
-    values = _varints(averages) if averages else [0]
-    return values[0], sum(values[1:])
+def _key(records: list[Any]) -> tuple[Key, int, int]:
+    """`(key, rows, tokens)` from the rows of `_KEY_SQL`: FTS5's row and token counts come
+    from its averages record (absent or empty: an empty index)."""
+    blocks = {int(r[0]): bytes(r[1]) for r in records}
+    averages = _varints(blocks.get(1, b"")) or [0]
+    return tuple(blocks.values()), averages[0], sum(averages[1:])
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +125,7 @@ class Snapshot:
     terms: dict[str, int]
     starts: npt.NDArray[np.int64]
     rows: npt.NDArray[np.int32]
-    counts: npt.NDArray[np.int32]
+    counts: npt.NDArray[np.uint16]
     rowids: npt.NDArray[np.int64]
     lengths: npt.NDArray[np.float64]
     total_rows: int
@@ -126,7 +136,7 @@ class Snapshot:
         arrays = (self.starts, self.rows, self.counts, self.rowids, self.lengths)
         return sum(a.nbytes for a in arrays) + 100 * len(self.terms)
 
-    def postings(self, token: str) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+    def postings(self, token: str) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.uint16]]:
         """The rows holding `token` and its counts there (empty if none)."""
         term = self.terms.get(token)
         if term is None:
@@ -202,9 +212,13 @@ class Stopped(Exception):
     """The store closed during a build."""
 
 
+class TooLarge(Exception):
+    """The index holds more than the mirror does."""
+
+
 def read_snapshot(path: Path, stopped: threading.Event | None = None) -> Snapshot | None:
     """Read the FTS5 index of the store at `path` in one read transaction (None: more than
-    `MAX_POSTINGS` postings). Raises `Stopped` soon after `stopped` is set."""
+    `MAX_OCCURRENCES` tokens). Raises `Stopped` soon after `stopped` is set."""
     conn = sqlite.connect(
         f"file:{path.resolve()}?mode=ro", uri=True, isolation_level=None, timeout=30.0
     )
@@ -216,30 +230,50 @@ def read_snapshot(path: Path, stopped: threading.Event | None = None) -> Snapsho
         conn.execute("BEGIN")
         try:
             return _read(conn, stopped or threading.Event())
+        except TooLarge:
+            return None
         finally:
             conn.execute("COMMIT")
     finally:
         conn.close()
 
 
-def _read(conn: Any, stopped: threading.Event) -> Snapshot | None:
-    records = {int(r[0]): bytes(r[1]) for r in conn.execute(_KEY_SQL).fetchall()}
-    key = tuple(records.values())
-    total_rows, total_tokens = _totals(records.get(1))
-    docsize = conn.execute("SELECT id, sz FROM chunks_fts_docsize ORDER BY id").fetchall()
-    rowids = np.array([int(r[0]) for r in docsize], dtype=np.int64)
-    lengths = np.array([float(sum(_varints(bytes(r[1])))) for r in docsize], dtype=np.float64)
+def _read(conn: Any, stopped: threading.Event) -> Snapshot:
+    key, total_rows, total_tokens = _key(conn.execute(_KEY_SQL).fetchall())
+    # Row by row, not fetchall(): a list of 100k tuples would stay in Python's arenas.
+    ids, sizes = array.array("q"), array.array("d")
+    for rowid, size in conn.execute("SELECT id, sz FROM chunks_fts_docsize ORDER BY id"):
+        ids.append(int(rowid))
+        sizes.append(float(sum(_varints(bytes(size)))))
+    rowids = np.frombuffer(ids, dtype=np.int64).copy()
+    lengths = np.frombuffer(sizes, dtype=np.float64).copy()
     # Per term (in the index's order), its number of occurrences; then every occurrence's row
     # in the same order, as hex text read a range of terms at a time (a Python object per
     # occurrence costs ~10x the time, and ~50x the memory).
     vocabulary = conn.execute("SELECT term, cnt FROM kw_rows").fetchall()
     occurrences = np.array([int(r[1]) for r in vocabulary], dtype=np.int64)
-    if int(occurrences.sum()) > MAX_POSTINGS:
-        return None
-    batches = _occurrence_rows(conn, vocabulary, occurrences, stopped)
-    docs = np.concatenate([np.zeros(0, dtype=np.int64), *batches])
-    if len(docs) != int(occurrences.sum()):
+    if int(occurrences.sum()) > MAX_OCCURRENCES:
+        raise TooLarge
+    parts = [
+        _postings(docs, occurrences[first:last], rowids)
+        for first, last, docs in _occurrence_rows(conn, vocabulary, occurrences, stopped)
+    ]
+    rows = np.concatenate([np.zeros(0, dtype=np.int32), *(p[0] for p in parts)])
+    counts = np.concatenate([np.zeros(0, dtype=np.uint16), *(p[1] for p in parts)])
+    per_term = np.concatenate([np.zeros(0, dtype=np.int64), *(p[2] for p in parts)])
+    if len(per_term) != len(vocabulary) or int(counts.sum()) != int(occurrences.sum()):
         raise RuntimeError("fts5vocab tables disagree")  # not one snapshot: never expected
+    starts = np.concatenate([[0], np.cumsum(per_term)]).astype(np.int64)
+    terms = {str(r[0]): i for i, r in enumerate(vocabulary)}
+    avgdl = float(total_tokens) / float(total_rows) if total_rows else 0.0
+    return Snapshot(key, terms, starts, rows, counts, rowids, lengths, total_rows, avgdl)
+
+
+def _postings(
+    docs: npt.NDArray[np.int64], occurrences: npt.NDArray[np.int64], rowids: npt.NDArray[np.int64]
+) -> tuple[npt.NDArray[np.int32], npt.NDArray[np.uint16], npt.NDArray[np.int64]]:
+    """Postings `(row numbers, counts, postings per term)` of whole terms' occurrences (each
+    occurrence's chunk id, term by term, ascending within a term)."""
     ends = np.cumsum(occurrences)
     # A posting starts at each term's first occurrence and wherever the row changes.
     first = np.zeros(len(docs), dtype=bool)
@@ -248,13 +282,15 @@ def _read(conn: Any, stopped: threading.Event) -> Snapshot | None:
         first[1:] = docs[1:] != docs[:-1]
         first[ends[:-1][ends[:-1] < len(docs)]] = True
     at = np.flatnonzero(first)
-    counts = np.diff(np.append(at, len(docs))).astype(np.int32)
+    counts = np.diff(np.append(at, len(docs)))
+    if len(counts) and int(counts.max()) > _MAX_COUNT:
+        raise TooLarge  # a token 65,536 times in one chunk: FTS5 answers
     rows = np.searchsorted(rowids, docs[at]).astype(np.int32)
+    if len(at) and not np.array_equal(rowids[np.minimum(rows, len(rowids) - 1)], docs[at]):
+        raise RuntimeError("a row of the FTS5 index has no size")  # never expected
     term_of_posting = np.searchsorted(ends, at, side="right")
-    starts = np.searchsorted(term_of_posting, np.arange(len(vocabulary) + 1)).astype(np.int64)
-    terms = {str(r[0]): i for i, r in enumerate(vocabulary)}
-    avgdl = float(total_tokens) / float(total_rows) if total_rows else 0.0
-    return Snapshot(key, terms, starts, rows, counts, rowids, lengths, total_rows, avgdl)
+    per_term = np.bincount(term_of_posting, minlength=len(occurrences)).astype(np.int64)
+    return rows, counts.astype(np.uint16), per_term
 
 
 def _occurrence_rows(
@@ -262,8 +298,9 @@ def _occurrence_rows(
     vocabulary: list[Any],
     occurrences: npt.NDArray[np.int64],
     stopped: threading.Event,
-) -> Iterator[npt.NDArray[np.int64]]:
-    """The row of every occurrence, term by term, in batches of ~`_READ_BATCH` occurrences."""
+) -> Iterator[tuple[int, int, npt.NDArray[np.int64]]]:
+    """`(first term, last term + 1, the chunk id of each of their occurrences)`, in batches of
+    ~`_READ_BATCH` occurrences (whole terms)."""
     ends = np.cumsum(occurrences)
     first = 0
     while first < len(vocabulary):
@@ -276,9 +313,18 @@ def _occurrence_rows(
             "WHERE term >= ? AND term <= ?",
             (vocabulary[first][0], vocabulary[last - 1][0]),
         ).fetchone()[0]
-        if text:
-            yield np.frombuffer(bytes.fromhex(text), dtype=">i8").astype(np.int64)
+        yield first, last, np.frombuffer(bytes.fromhex(text or ""), dtype=">i8").astype(np.int64)
         first = last
+
+
+def _return_freed_memory() -> None:
+    """Give the allocator's freed pages back to the system (glibc only). A build allocates
+    in its thread's own malloc arena, which glibc does not trim by itself: at 100k chunks the
+    daemon kept ~80 MB more than the mirror's arrays without this."""
+    name = ctypes.util.find_library("c")
+    trim = getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    if trim is not None:
+        trim(0)
 
 
 class Tokens:
@@ -341,14 +387,24 @@ class KeywordIndex:
         if self.path is None:
             return None
         async with conn.execute(_KEY_SQL) as cursor:
-            key = tuple(bytes(r[1]) for r in await cursor.fetchall())
+            key, _, tokens = _key(list(await cursor.fetchall()))
         snapshot = self._snapshot
         if snapshot is not None and snapshot.key == key:
             self.served += 1
             return snapshot
         self.missed += 1
-        self._start_build()
+        self._snapshot = None  # stale: never served again, so its memory can go now
+        if tokens <= MAX_OCCURRENCES:
+            self._start_build()
         return None
+
+    async def load(self, conn: aiosqlite.Connection) -> Snapshot | None:
+        """The current snapshot, built now if need be (None: not built; benchmarks)."""
+        snapshot = await self.current(conn)
+        if snapshot is None:
+            await asyncio.to_thread(self.wait_built)
+            snapshot = await self.current(conn)
+        return snapshot
 
     def _start_build(self) -> None:
         with self._lock:
@@ -378,6 +434,7 @@ class KeywordIndex:
             logger.exception("keyword mirror build failed")
             self._snapshot = None
         finally:
+            _return_freed_memory()
             took = time.monotonic() - started
             with self._lock:
                 self._building = False
