@@ -54,39 +54,62 @@ class PgConn:
         dimension: int,
         term_stats: TermStats | None = None,
         *,
-        hnsw_set: bool = False,
+        begin: Sequence[bytes] = (),
     ):
         self.conn = conn
         self.writer = writer
         self.dimension = dimension
         # The store's cache of keyword document frequencies (reads only; None: count afresh).
         self.term_stats = term_stats
+        # Statements that open the transaction, still to send (a read's: `readers.begin_read`).
+        self._begin = tuple(begin)
         # Whether the transaction began with the HNSW scan settings (`readers.begin_read`).
-        self.hnsw_set = hnsw_set
+        self.hnsw_set = bool(begin)
+
+    async def _execute(
+        self, cursor: psycopg.AsyncCursor[Any], sql: str, params: Sequence[Any] | None
+    ) -> None:
+        """`cursor.execute`, preceded the first time by the statements that open the
+        transaction, all in one round trip (psycopg's pipeline mode)."""
+        if not self._begin:
+            await cursor.execute(sql, params)
+            return
+        begin, self._begin = self._begin, ()
+        async with self.conn.pipeline():
+            for statement in begin:
+                await self.conn.execute(statement)
+            await cursor.execute(sql, params)
+
+    async def _opened(self) -> None:
+        """Send the opening statements, if still unsent (before COPY and `executemany`)."""
+        begin, self._begin = self._begin, ()
+        for statement in begin:
+            await self.conn.execute(statement)
 
     async def fetch(self, sql: str, params: Sequence[Any] | None = None) -> list[Any]:
         """Run a `%s`-style query and return every row as a tuple."""
         async with self.conn.cursor() as cursor:
-            await cursor.execute(sql, params)
+            await self._execute(cursor, sql, params)
             return list(await cursor.fetchall()) if cursor.description else []
 
     async def fetch_binary(self, sql: str, params: Sequence[Any] | None = None) -> list[Any]:
         """`fetch` with results in binary: `halfvec` columns arrive as float32 numpy vectors
         (`VectorLoader`) instead of text to parse."""
         async with self.conn.cursor(binary=True) as cursor:
-            await cursor.execute(sql, params)
+            await self._execute(cursor, sql, params)
             return list(await cursor.fetchall())
 
     async def run(self, sql: str, params: Sequence[Any] | None = None) -> int:
         """Run a `%s`-style statement; returns the affected row count."""
         async with self.conn.cursor() as cursor:
-            await cursor.execute(sql, params)
+            await self._execute(cursor, sql, params)
             return cursor.rowcount
 
     async def run_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         """Run a `%s`-style statement once per row (psycopg pipelines them)."""
         rows = list(rows)
         if rows:
+            await self._opened()
             async with self.conn.cursor() as cursor:
                 await cursor.executemany(sql, rows)
 
@@ -109,6 +132,7 @@ class PgConn:
             names, marks = ", ".join(columns), ", ".join(["%s"] * len(columns))
             await self.run_many(f"INSERT INTO {table} ({names}) VALUES ({marks})", rows)
             return
+        await self._opened()
         sql = f"COPY {table} ({', '.join(columns)}) FROM STDIN"
         async with self.conn.cursor() as cursor:
             async with cursor.copy(sql + (" (FORMAT BINARY)" if binary_types else "")) as copy:

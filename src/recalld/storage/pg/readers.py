@@ -36,15 +36,18 @@ _EF_SEARCH_MIN = 100
 _ITERATIVE_SCAN = "strict_order"
 
 
-def begin_read(timeout_ms: int) -> bytes:
-    """The statements that open a read: a read-only transaction with the query time limit
-    and the HNSW scan settings `knn` wants for up to `_EF_SEARCH_MIN` rows, sent as one
-    simple-protocol string (one round trip). `SET LOCAL` ends with the transaction."""
+def begin_read(timeout_ms: int) -> tuple[bytes, ...]:
+    """The statements that open a read: a read-only transaction with the query time limit and
+    the HNSW scan settings `knn` wants for up to `_EF_SEARCH_MIN` rows (`PgConn` sends them in
+    one round trip with the read's first query). The settings end with the transaction."""
     return (
-        f"BEGIN READ ONLY; SET LOCAL statement_timeout = {int(timeout_ms)}; "
-        f"SET LOCAL hnsw.ef_search = {_EF_SEARCH_MIN}; "
-        f"SET LOCAL hnsw.iterative_scan = {_ITERATIVE_SCAN}"
-    ).encode()
+        b"BEGIN READ ONLY",
+        (
+            f"SELECT set_config('statement_timeout', '{int(timeout_ms)}', true), "
+            f"set_config('hnsw.ef_search', '{_EF_SEARCH_MIN}', true), "
+            f"set_config('hnsw.iterative_scan', '{_ITERATIVE_SCAN}', true)"
+        ).encode(),
+    )
 
 
 def terms_of(expression: str) -> list[str]:

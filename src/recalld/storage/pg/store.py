@@ -245,14 +245,14 @@ class PgStore(ModelSwitch):
         """Borrow a connection in a read-only transaction, with the query time limit armed."""
         async with self._pool.connection() as conn:
             try:
-                # The transaction opens with its settings in one round trip (a search makes
-                # several reads, each once paying BEGIN and COMMIT), ends with COMMIT, or with
-                # ROLLBACK when `fn` raised.
-                await conn.execute(self._begin_read)
+                # The transaction opens with the first query, in its round trip (a search
+                # makes several reads), and ends with COMMIT, or ROLLBACK when `fn` raised;
+                # a read that sent no query never opened one, and both are then no-ops.
+                handle = PgConn(
+                    conn, self.identity, self.dimension, self._term_stats, begin=self._begin_read
+                )
                 try:
-                    yield PgConn(
-                        conn, self.identity, self.dimension, self._term_stats, hnsw_set=True
-                    )
+                    yield handle
                 except BaseException:
                     await conn.rollback()
                     raise
