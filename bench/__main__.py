@@ -756,3 +756,21 @@ def tune_bench(
 
 if __name__ == "__main__":
     main()
+
+
+@main.command("calibrate")
+@click.option(
+    "--store-dir",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A benchmark folder holding a store (its data/), e.g. a copy of bench perf's.",
+)
+@click.option("--pseudo-queries", type=click.IntRange(min=1), default=200, show_default=True)
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Any setting.")
+def calibrate_command(store_dir: Path, pseudo_queries: int, sets: tuple[str, ...]) -> None:
+    """Time one self-calibration (`recalld calibrate`) of an existing store: wall and CPU
+    seconds, the load average around it, and what each content kind chose."""
+    from bench import calibrate_cost
+
+    report = asyncio.run(calibrate_cost.run(store_dir, overrides(sets), pseudo_queries))
+    click.echo(json.dumps(report, indent=2, sort_keys=True))

@@ -359,6 +359,21 @@ def test_beir_corpus_limit_keeps_the_queries_it_can_answer(tmp_path: Path):
     assert report["modes"]["bm25"]["queries"] == 2
 
 
+def test_calibrate_command_times_one_calibration_of_a_kept_store(tmp_path: Path):
+    make_beir(tmp_path / "beir")
+    hashed = ["--set", "embed.model=hash:64"]
+    args = ["beir", str(tmp_path / "beir"), "--mode", "bm25", "--json", *hashed]
+    args += ["--results", str(tmp_path / "out"), "--store-dir", str(tmp_path / "store")]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    args = ["calibrate", "--store-dir", str(tmp_path / "store"), "--pseudo-queries", "5", *hashed]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["documents"] == 3 and report["chunks"] >= 3
+    assert report["seconds"] >= 0 and len(report["load_before"]) == 3
+    assert report["chosen"] == {}  # three abstracts: too few chunks to calibrate on
+
+
 def test_ingest_command_through_the_api_and_a_daemon(tmp_path: Path):
     folder = tmp_path / "notes"
     folder.mkdir()
