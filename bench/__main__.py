@@ -754,10 +754,6 @@ def tune_bench(
     _emit("tune", report, as_json, results, rows, header)
 
 
-if __name__ == "__main__":
-    main()
-
-
 @main.command("calibrate")
 @click.option(
     "--store-dir",
@@ -774,3 +770,7 @@ def calibrate_command(store_dir: Path, pseudo_queries: int, sets: tuple[str, ...
 
     report = asyncio.run(calibrate_cost.run(store_dir, overrides(sets), pseudo_queries))
     click.echo(json.dumps(report, indent=2, sort_keys=True))
+
+
+if __name__ == "__main__":
+    main()
