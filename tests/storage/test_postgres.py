@@ -274,6 +274,9 @@ def test_migrate_moves_a_sqlite_store_with_its_vectors(tmp_path: Path, pg_url: s
     assert report["counts"]["chunks"] == report["counts"]["chunks_vec"] > 3
     assert report["counts"]["documents"] == 3 and report["counts"]["chunk_history"] == 1
     assert "postgres:" not in report["to"] or "********" in report["to"]
+    # Copied as one bulk load: an HNSW store's index was built at its end.
+    index = rows(pg_url, "SELECT to_regclass('chunks_vec_hnsw') IS NOT NULL")
+    assert index == [(VECTOR_INDEX == "hnsw",)]
 
     async def search_migrated() -> tuple[list[tuple], list]:
         async with await AsyncMemory.open(settings_for(tmp_path / "pg", pg_url)) as memory:

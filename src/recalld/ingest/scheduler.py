@@ -601,7 +601,10 @@ class Scheduler:
 
         # A few batches at once: the next files are read and chunked, and the last written,
         # while the model embeds (`ingest.overlap`); each batch keeps its own model batches.
-        async with InFlight[tuple[list[Job], BatchReport]]() as flight:
+        # A folder ingested into a store with no vectors yet is a bulk load (PostgreSQL builds
+        # its vector index once at the end); otherwise the block changes nothing.
+        bulk = contextlib.nullcontext() if is_file else self.ingestor.store.bulk_load()
+        async with bulk, InFlight[tuple[list[Job], BatchReport]]() as flight:
             if is_file:
                 batch.append(Job(root))
             else:

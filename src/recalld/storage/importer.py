@@ -29,7 +29,7 @@ import asyncio
 import hashlib
 import json
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import islice
@@ -125,38 +125,47 @@ class Importer:
         )
         self.plan = plan
         lines = read_lines(path)
-        pending: list[_Doc] = []
-        pending_chunks = 0
-        rows: list[tuple[str, dict[str, Any]]] = []
         try:
-            while batch := await asyncio.to_thread(lambda: list(islice(lines, _READ_BATCH))):
-                for _, message in batch:
-                    kind = message["type"]
-                    row: dict[str, Any] = message.get("row") or {}
-                    if kind == portable.DOCUMENTS:
-                        if pending_chunks >= _EMBED_BATCH:
-                            await self._documents(pending)
-                            pending, pending_chunks = [], 0
-                        pending.append(_Doc(row))
-                    elif kind == portable.CHUNKS:
-                        vector = message.get("vector") if plan.reuse_vectors else None
-                        blob = portable.decode_vector(vector, store.dimension) if vector else None
-                        pending[-1].chunks.append((row, blob))
-                        pending_chunks += 1
-                    elif kind not in (portable.HEADER, portable.FOOTER):
-                        # Documents and chunks come first: the first other row ends them.
-                        await self._documents(pending)
-                        pending, pending_chunks = [], 0
-                        rows.append((kind, row))
-                        if len(rows) >= _ROW_BATCH:
-                            await self._rows(rows)
-                            rows = []
-            await self._documents(pending)
-            await self._rows(rows)
-            await self._resolve_deferred()
+            # A store with no vectors yet (PostgreSQL) builds its vector index at the end.
+            async with store.bulk_load():
+                await self._read_all(lines, plan)
         finally:
             lines.close()
         return self._result()
+
+    async def _read_all(
+        self, lines: Generator[tuple[int, dict[str, Any]], None, None], plan: Plan
+    ) -> None:
+        """Every line of the file, documents in batches, then the other rows."""
+        store = self.store
+        pending: list[_Doc] = []
+        pending_chunks = 0
+        rows: list[tuple[str, dict[str, Any]]] = []
+        while batch := await asyncio.to_thread(lambda: list(islice(lines, _READ_BATCH))):
+            for _, message in batch:
+                kind = message["type"]
+                row: dict[str, Any] = message.get("row") or {}
+                if kind == portable.DOCUMENTS:
+                    if pending_chunks >= _EMBED_BATCH:
+                        await self._documents(pending)
+                        pending, pending_chunks = [], 0
+                    pending.append(_Doc(row))
+                elif kind == portable.CHUNKS:
+                    vector = message.get("vector") if plan.reuse_vectors else None
+                    blob = portable.decode_vector(vector, store.dimension) if vector else None
+                    pending[-1].chunks.append((row, blob))
+                    pending_chunks += 1
+                elif kind not in (portable.HEADER, portable.FOOTER):
+                    # Documents and chunks come first: the first other row ends them.
+                    await self._documents(pending)
+                    pending, pending_chunks = [], 0
+                    rows.append((kind, row))
+                    if len(rows) >= _ROW_BATCH:
+                        await self._rows(rows)
+                        rows = []
+        await self._documents(pending)
+        await self._rows(rows)
+        await self._resolve_deferred()
 
     # -- documents and chunks ------------------------------------------------------------------
 

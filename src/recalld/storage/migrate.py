@@ -2,8 +2,9 @@
 
 Rows keep their ids, so parent links, memory links and anything that remembered a chunk id
 stay valid; the identity sequences are moved past the copied ids at the end. Rows are copied
-in batches, each batch one transaction, with the SQLite file opened read-only; the counts of
-every table are compared at the end and a difference is an error. The destination must be
+in batches by `COPY`, each batch one transaction, all in one `Store.bulk_load` (an empty
+store's HNSW index is built once at the end), with the SQLite file opened read-only; the
+counts of every table are compared at the end and a difference is an error. The destination must be
 empty (no documents): migrating twice, or into a live store, would mix two stores.
 """
 
@@ -22,6 +23,7 @@ import numpy as np
 from recalld.errors import StoreError
 from recalld.storage.pg.handle import PgConn
 from recalld.storage.pg.store import PgStore
+from recalld.storage.pg.writer import insert_vectors
 from recalld.storage.records import SPEC_KEY
 from recalld.storage.registry import open_store
 from recalld.storage.sqlite.connection import connect
@@ -47,10 +49,6 @@ _HISTORY = (
     "replaced_at"
 )
 TABLES = ("documents", "chunks", "chunks_vec", "links", "errors", "chunk_history")
-
-
-def _placeholders(columns: str) -> str:
-    return ", ".join(["%s"] * len(columns.split(",")))
 
 
 def _sqlite_counts(conn: sqlite3.Connection) -> dict[str, int]:
@@ -144,13 +142,8 @@ async def _batches(lite: sqlite3.Connection, sql: str) -> Any:
         yield [tuple(r) for r in rows]
 
 
-_INSERT_VECTOR = (
-    "INSERT INTO chunks_vec (chunk_id, embedding, kind, granularity) VALUES (%s, %s, %s, %s)"
-)
-
-
-async def _run_many(conn: PgConn, sql: str, rows: list[Any]) -> None:
-    await conn.run_many(sql, rows)
+async def _copy_rows(conn: PgConn, table: str, columns: list[str], rows: list[Any]) -> None:
+    await conn.copy_rows(table, columns, rows)
 
 
 async def _link_parents(conn: PgConn, rows: list[Any]) -> None:
@@ -164,58 +157,42 @@ async def _link_parents(conn: PgConn, rows: list[Any]) -> None:
 async def _copy(
     lite: sqlite3.Connection, store: PgStore, dimension: int, progress: Progress
 ) -> None:
+    """Every table's rows by `COPY`, in one bulk load (the HNSW index is built at its end)."""
     steps: list[tuple[str, str, str]] = [
-        (
-            "documents",
-            f"SELECT {_DOCUMENTS} FROM documents ORDER BY id",
-            f"INSERT INTO documents ({_DOCUMENTS}) VALUES ({_placeholders(_DOCUMENTS)})",
-        ),
-        (
-            "chunks",
-            # Parents are linked once every chunk is in (they may come after their children).
-            f"SELECT {_CHUNKS} FROM chunks ORDER BY id",
-            f"INSERT INTO chunks ({_CHUNKS}) VALUES ({_placeholders(_CHUNKS)})",
-        ),
-        (
-            "links",
-            f"SELECT {_LINKS} FROM links",
-            f"INSERT INTO links ({_LINKS}) VALUES ({_placeholders(_LINKS)})",
-        ),
-        (
-            "errors",
-            f"SELECT {_ERRORS} FROM errors ORDER BY id",
-            f"INSERT INTO errors ({_ERRORS}) VALUES ({_placeholders(_ERRORS)})",
-        ),
-        (
-            "chunk_history",
-            f"SELECT {_HISTORY} FROM chunk_history ORDER BY id",
-            f"INSERT INTO chunk_history ({_HISTORY}) VALUES ({_placeholders(_HISTORY)})",
-        ),
+        ("documents", _DOCUMENTS, "ORDER BY id"),
+        # Parents are linked once every chunk is in (they may come after their children).
+        ("chunks", _CHUNKS, "ORDER BY id"),
+        ("links", _LINKS, ""),
+        ("errors", _ERRORS, "ORDER BY id"),
+        ("chunk_history", _HISTORY, "ORDER BY id"),
     ]
-    for table, select, insert in steps:
+    async with store.bulk_load():
+        for table, columns, order in steps:
+            done = 0
+            async for batch in _batches(lite, f"SELECT {columns} FROM {table} {order}"):
+                await store.write_pg(
+                    partial(_copy_rows, table=table, columns=columns.split(", "), rows=batch)
+                )
+                done += len(batch)
+                progress(table, done)
         done = 0
-        async for batch in _batches(lite, select):
-            await store.write_pg(partial(_run_many, sql=insert, rows=batch))
+        async for batch in _batches(
+            lite, "SELECT id, parent_id FROM chunks WHERE parent_id IS NOT NULL"
+        ):
+            await store.write_pg(partial(_link_parents, rows=batch))
             done += len(batch)
-            progress(table, done)
-    done = 0
-    async for batch in _batches(
-        lite, "SELECT id, parent_id FROM chunks WHERE parent_id IS NOT NULL"
-    ):
-        await store.write_pg(partial(_link_parents, rows=batch))
-        done += len(batch)
-        progress("parents", done)
-    done = 0
-    async for batch in _batches(
-        lite, "SELECT chunk_id, embedding, kind, granularity FROM chunks_vec ORDER BY chunk_id"
-    ):
-        rows = [
-            (cid, np.frombuffer(blob, dtype=np.float32, count=dimension), kind, gran)
-            for cid, blob, kind, gran in batch
-        ]
-        await store.write_pg(partial(_run_many, sql=_INSERT_VECTOR, rows=rows))
-        done += len(rows)
-        progress("vectors", done)
+            progress("parents", done)
+        done = 0
+        async for batch in _batches(
+            lite, "SELECT chunk_id, embedding, kind, granularity FROM chunks_vec ORDER BY chunk_id"
+        ):
+            rows = [
+                (cid, np.frombuffer(blob, dtype=np.float32, count=dimension), kind, gran)
+                for cid, blob, kind, gran in batch
+            ]
+            await store.write_pg(partial(insert_vectors, rows=rows))
+            done += len(rows)
+            progress("vectors", done)
 
     async def advance(conn: PgConn) -> None:
         for table in ("documents", "chunks", "errors", "chunk_history"):

@@ -329,13 +329,17 @@ async def defer_hnsw_index(conn: psycopg.AsyncConnection[Any]) -> bool:
     Returns:
         Whether it was dropped (False: rows are stored already, or it is not there).
     """
+    deferrable = "SELECT to_regclass(%s) IS NOT NULL AND NOT EXISTS (SELECT 1 FROM chunks_vec)"
+    # First without the lock: a store that holds vectors (most calls) makes readers wait for
+    # nothing.
+    cursor = await conn.execute(deferrable, (_HNSW_INDEX,))
+    row = await cursor.fetchone()
+    if not (row and row[0]):
+        return False
     async with conn.transaction():
         # The table lock makes "empty" hold until the drop commits: no writer slips a row in.
         await conn.execute("LOCK TABLE chunks_vec IN ACCESS EXCLUSIVE MODE")
-        cursor = await conn.execute(
-            "SELECT to_regclass(%s) IS NOT NULL AND NOT EXISTS (SELECT 1 FROM chunks_vec)",
-            (_HNSW_INDEX,),
-        )
+        cursor = await conn.execute(deferrable, (_HNSW_INDEX,))
         row = await cursor.fetchone()
         if not (row and row[0]):
             return False
