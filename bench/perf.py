@@ -305,8 +305,7 @@ async def _keyword_mirror(memory: AsyncMemory) -> None:
     daemon that has been running a while has it; the daemon builds its own meanwhile."""
     store = memory.store
     if isinstance(store, SqliteStore):
-        async with store.reading_conn() as conn:
-            await store.keywords.load(conn)
+        await store.keywords.load()
 
 
 async def _search_blocks(

@@ -318,8 +318,7 @@ async def measure(
         load_s = time.perf_counter() - started
         # The keyword mirror too, so RSS below holds it (searches would start its build).
         started = time.perf_counter()
-        async with store.reading_conn() as conn:
-            keywords = await store.keywords.load(conn)
+        keywords = await store.keywords.load()
         keyword_load_s = time.perf_counter() - started
         approximate = store.vectors.use_for((), ())
         tuning = store.vectors.tuning

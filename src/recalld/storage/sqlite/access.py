@@ -55,7 +55,7 @@ class SqliteReader(contract.Reader):
         return await readers.knn(self.conn, self.search_index, vector, k, filters)
 
     async def fts(self, expression: str, k: int, filters: Filters) -> list[tuple[int, float]]:
-        found = await keywords.lookup(self.keyword_index, self.conn, [expression])
+        found = keywords.lookup(self.keyword_index, [expression])
         if found is None:
             return await readers.fts(self.conn, expression, k, filters)
         snapshot, (tokens,) = found
@@ -67,7 +67,7 @@ class SqliteReader(contract.Reader):
         return keywords.ranked(ids, scores, k)
 
     async def keyword_scores(self, expression: str, ids: Sequence[int]) -> dict[int, float]:
-        found = await keywords.lookup(self.keyword_index, self.conn, [expression])
+        found = keywords.lookup(self.keyword_index, [expression])
         if found is None or not ids:
             return await readers.keyword_scores(self.conn, expression, ids)
         snapshot, (tokens,) = found
@@ -85,14 +85,14 @@ class SqliteReader(contract.Reader):
         return await readers.document_frequency(self.conn, expression)
 
     async def document_frequencies(self, expressions: Sequence[str]) -> list[int]:
-        found = await keywords.lookup(self.keyword_index, self.conn, expressions)
+        found = keywords.lookup(self.keyword_index, expressions)
         if found is None:
             return await readers.document_frequencies(self.conn, expressions)
         snapshot, per_expression = found
         return [snapshot.frequency(tokens) for tokens in per_expression]
 
     async def matched_terms(self, chunk_id: int, expressions: Sequence[str]) -> list[bool]:
-        found = await keywords.lookup(self.keyword_index, self.conn, expressions)
+        found = keywords.lookup(self.keyword_index, expressions)
         if found is None:
             return await readers.matched_terms(self.conn, chunk_id, expressions)
         snapshot, per_expression = found
