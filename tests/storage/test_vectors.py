@@ -1,6 +1,7 @@
 """The vector cascade (storage/sqlite/vectors.py) against sqlite-vec's exact KNN, on real files."""
 
 import asyncio
+import contextlib
 import dataclasses
 from pathlib import Path
 
@@ -142,6 +143,8 @@ async def test_int8_stage_narrows_the_exact_stage(filled):
     store.vectors.tuning = dataclasses.replace(
         vectors.Tuning(), exact_below=0, stage3_min=400, final_min=16, final_per_k=2
     )
+    await knn(store, data[0])
+    await store.vectors.wait_filled()  # a big store's int8 copies fill in the background
     rng = np.random.default_rng(9)
     for i in rng.integers(0, len(data), 25):
         q = unit(data[i] + 0.6 * rng.standard_normal(DIM).astype(np.float32) / np.sqrt(DIM))
@@ -151,6 +154,42 @@ async def test_int8_stage_narrows_the_exact_stage(filled):
             assert len(ids) == max(16, 2 * k)  # of 400 stage-3 survivors
             assert [c for c, _ in got][:10] == [c for c, _ in want][:10]
             assert np.allclose([d for _, d in got][:10], [d for _, d in want][:10], atol=1e-5)
+
+
+async def test_searches_before_the_int8_fill_are_exact(filled):
+    """A big store publishes its codes first and fills the int8 copies in the background;
+    meanwhile every stage-3 survivor goes to the exact stage, and results are exact."""
+    store, data = filled
+    store.vectors.tuning = dataclasses.replace(
+        vectors.Tuning(), exact_below=0, stage3_min=400, final_min=16, final_per_k=2
+    )
+    gate = asyncio.Event()
+    reading = store.vectors.borrow
+    assert reading is not None
+
+    @contextlib.asynccontextmanager
+    async def held():  # the real reader, once the test opens the gate
+        await gate.wait()
+        async with reading() as conn:
+            yield conn
+
+    store.vectors.borrow = held
+    rng = np.random.default_rng(11)
+    queries = [
+        unit(data[i] + 0.6 * rng.standard_normal(DIM).astype(np.float32) / np.sqrt(DIM))
+        for i in rng.integers(0, len(data), 10)
+    ]
+    for q in queries:
+        got, want = await knn(store, q), await exact(store, q)
+        assert store.vectors.loaded and len(store.vectors.candidates(q, 10, (), ())) == 400
+        assert [c for c, _ in got] == [c for c, _ in want]
+        assert np.allclose([d for _, d in got], [d for _, d in want], atol=1e-5)
+    gate.set()
+    await store.vectors.wait_filled()
+    for q in queries:
+        got, want = await knn(store, q), await exact(store, q)
+        assert len(store.vectors.candidates(q, 10, (), ())) == 20
+        assert [c for c, _ in got] == [c for c, _ in want]
 
 
 async def test_small_stores_are_searched_exactly_in_memory(filled):

@@ -155,6 +155,7 @@ class SqliteStore(ModelSwitch):
         self.vectors = vectors.VectorIndex(dimension, self._write_lock)
         self.vectors.on_foreign = self._foreign_write
         self.vectors.untimed = self._untimed
+        self.vectors.borrow = self.reading_conn
         # BM25 from memory, mirrored from FTS5 (storage/sqlite/keywords.py); readers only.
         self.keywords = KeywordIndex(path if path.is_file() else None)
         self._init_model_switch()
@@ -223,6 +224,7 @@ class SqliteStore(ModelSwitch):
 
     async def close(self) -> None:
         """Close every connection (waiting for a running write to finish)."""
+        await self.vectors.stop()
         async with self._write_lock:
             await self._writer.close()
         for reader in self._all_readers:

@@ -236,6 +236,11 @@ class VectorIndex:
         self.untimed: Callable[[aiosqlite.Connection], AbstractAsyncContextManager[None]] = (
             _no_limit
         )
+        # Borrows a reader for the background int8 fill (set by the store; None: the load
+        # quantises inline, reading every float copy before the first search).
+        self.borrow: Callable[[], AbstractAsyncContextManager[aiosqlite.Connection]] | None = None
+        self._filling: asyncio.Task[None] | None = None
+        self._loads = 0  # bumped by every load and unload: a fill of an older load stops
 
     @property
     def loaded(self) -> bool:
@@ -372,6 +377,7 @@ class VectorIndex:
         self._words = code_bytes(dimension) // 16
 
     def _unload(self) -> None:
+        self._loads += 1
         self._arrays = None
         self._live = 0
         self._dead = 0
@@ -463,23 +469,31 @@ class VectorIndex:
             # Rows arrive in batches straight into the arrays: no million-item Python lists.
             small = total < self.tuning.exact_below
             arrays = _Arrays(2 * self._words, max(1024, total * 5 // 4), self.dimension, small)
+            # A big store's int8 copies are filled after publishing, in the background: reading
+            # every float copy (1.5 GB at a million 384-d chunks) made the first search wait.
+            inline = small or self.borrow is None
             sql = (
                 "SELECT c.chunk_id, c.code, c.kind, c.granularity, f.embedding "
                 "FROM vector_codes c LEFT JOIN vector_floats f USING (chunk_id)"
+                if inline
+                else "SELECT chunk_id, code, kind, granularity, NULL FROM vector_codes"
             )
             async with conn.execute(sql) as cursor:
                 while rows := list(await cursor.fetchmany(_MIRROR_BATCH)):
                     if arrays.size + len(rows) > arrays.capacity:
                         arrays = arrays.grown(len(rows))  # rows committed since the count
-                    await asyncio.to_thread(self._fill, arrays, rows)
+                    await asyncio.to_thread(self._fill, arrays, rows, inline)
             # Published last, whole: a search never sees a half-built mirror.
             self._live = arrays.size
             self._max_id = int(arrays.ids[: arrays.size].max(initial=-1))
             self._dead = 0
             self._arrays = arrays
+            self._loads += 1
             logger.info("loaded the vector index: %d chunks", arrays.size)
+            if not inline:
+                self._filling = asyncio.create_task(self._fill_int8(self._loads))
 
-    def _fill(self, arrays: _Arrays, rows: Sequence[Any]) -> None:
+    def _fill(self, arrays: _Arrays, rows: Sequence[Any], quantized: bool) -> None:
         width = code_bytes(self.dimension)
         start, end = arrays.size, arrays.size + len(rows)
         matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.uint8)
@@ -487,6 +501,10 @@ class VectorIndex:
         arrays.ids[start:end] = [r[0] for r in rows]
         arrays.kinds[start:end] = [self._label(r[2]) for r in rows]
         arrays.grans[start:end] = [self._label(r[3]) for r in rows]
+        arrays.alive[start:end] = True
+        arrays.size = end
+        if not quantized:
+            return  # scales stay 0 ("no int8 copy yet") until _fill_int8 reaches the rows
         # A chunk without a float copy (never written so) stays a zero vector: unfindable.
         width = 4 * self.dimension
         blob = b"".join(r[4] if r[4] and len(r[4]) == width else bytes(width) for r in rows)
@@ -494,8 +512,80 @@ class VectorIndex:
         arrays.int8[start:end], arrays.scales[start:end] = quantize(floats, self.dimension)
         if arrays.floats is not None:
             arrays.floats[start:end] = floats
-        arrays.alive[start:end] = True
-        arrays.size = end
+
+    async def _fill_int8(self, load: int) -> None:
+        """Quantise the float copies of every row without an int8 copy (scale 0), in batches
+        read by chunk id range on a borrowed reader; until a row has its copy, stage 4 sends
+        it to the exact stage in SQLite, so searches stay exact meanwhile, only slower.
+
+        Rows are written on the event loop's thread, where commits apply, so a compaction or
+        growth never copies a half-written row; a pass repeats on the arrays' new generation.
+        """
+        assert self.borrow is not None
+        started = asyncio.get_running_loop().time()
+        try:
+            while self._loads == load and (a := self._arrays) is not None:
+                n = a.size
+                need = np.flatnonzero((a.scales[:n] == 0) & a.alive[:n])
+                if not len(need):
+                    break
+                need = need[np.argsort(a.ids[need], kind="stable")]
+                for lo in range(0, len(need), _MIRROR_BATCH):
+                    if self._loads != load or self._arrays is not a:
+                        break  # unloaded or a new generation: the next pass finds what is left
+                    slots = need[lo : lo + _MIRROR_BATCH]
+                    await self._fill_batch(a, slots)
+        except Exception:  # the searches stay exact without the copies: log, do not raise
+            logger.exception("filling the vector index's int8 copies failed")
+        else:
+            took = asyncio.get_running_loop().time() - started
+            logger.info("the vector index's int8 copies are filled (%.1f s)", took)
+
+    async def _fill_batch(self, a: _Arrays, slots: npt.NDArray[np.intp]) -> None:
+        assert self.borrow is not None
+        ids = a.ids[slots]
+        # A dense run of ids is one range scan; scattered ids (a later pass) are looked up.
+        dense = int(ids[-1]) - int(ids[0]) < 4 * len(ids)
+        sql, params = (
+            (
+                "SELECT chunk_id, embedding FROM vector_floats WHERE chunk_id BETWEEN ? AND ?",
+                (int(ids[0]), int(ids[-1])),
+            )
+            if dense
+            else (
+                "SELECT chunk_id, embedding FROM vector_floats "
+                "WHERE chunk_id IN (SELECT value FROM json_each(?))",
+                (json.dumps(ids.tolist()),),
+            )
+        )
+        async with self.borrow() as conn, self.untimed(conn):
+            rows = list(await conn.execute_fetchall(sql, params))
+        width = 4 * self.dimension
+
+        def quantized() -> tuple[npt.NDArray[np.int8], FloatArray]:
+            # A chunk without a float copy (never written so) stays a zero vector: unfindable.
+            found = {int(r[0]): r[1] for r in rows if r[1] and len(r[1]) == width}
+            blob = b"".join(found.get(int(cid), bytes(width)) for cid in ids)
+            floats = np.frombuffer(blob, dtype=np.float32).reshape(-1, self.dimension)
+            return quantize(floats, self.dimension)
+
+        codes, scales = await asyncio.to_thread(quantized)
+        # The copy first, then its scale: a search reads a row's scale before its copy.
+        a.int8[slots] = codes
+        a.scales[slots] = scales
+
+    async def wait_filled(self) -> None:
+        """Wait for the background int8 fill, if one runs (benchmarks and tests)."""
+        if self._filling is not None:
+            await asyncio.shield(self._filling)
+
+    async def stop(self) -> None:
+        """Stop the background int8 fill (the store is closing)."""
+        task, self._filling = self._filling, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     # -- searching -----------------------------------------------------------------------------
 
@@ -637,11 +727,20 @@ class VectorIndex:
         best = np.argpartition(-score, keep3 - 1)[:keep3]
         first = first[best]
 
-        # Stage 4: q . x on the int8 copies; the best few go to the exact stage.
+        # Stage 4: q . x on the int8 copies; the best few go to the exact stage, with every
+        # row whose copy the background fill has not reached yet (scale 0).
         keep4 = max(t.final_min, t.final_per_k * k)
         if len(first) > keep4:
-            score = (a.int8[first].astype(np.float32) @ q) * a.scales[first]
-            first = first[np.argpartition(-score, keep4 - 1)[:keep4]]
+            scales = a.scales[first]  # before the copies: a row's scale is written last
+            ready = scales > 0
+            waiting = first[~ready]
+            if len(waiting):
+                first, scales = first[ready], scales[ready]
+            score = (a.int8[first].astype(np.float32) @ q) * scales
+            if len(first) > keep4:
+                first = first[np.argpartition(-score, keep4 - 1)[:keep4]]
+            if len(waiting):
+                first = np.concatenate([first, waiting])
         return first
 
 
