@@ -11,11 +11,16 @@ ranked ids and scores are identical.
 
 Staleness: every committed change to the FTS5 index rewrites its structure record (a new
 segment, a larger write counter) and its averages record (`_data` rows 10 and 1). A snapshot
-remembers both; every lookup first reads them (one point query) and uses the snapshot only
-when they are unchanged, whichever process wrote. Otherwise the lookup answers from FTS5 and
-a rebuild starts in a thread on its own connection, reading everything in one transaction;
-rebuilds take at most a fifth of the time (`_REBUILD_DUTY`), so a store being written to is
-searched through FTS5 until it settles.
+remembers both; every lookup first reads them (one point query on the mirror's own read-only
+connection) and uses the snapshot only when they are unchanged, whichever process wrote.
+Otherwise the lookup answers from FTS5 and a rebuild starts in a thread on its own
+connection, reading everything in one transaction; rebuilds take at most a fifth of the
+time (`_REBUILD_DUTY`), so a store being written to is searched through FTS5 until it
+settles.
+
+Memory: ~6 bytes a posting (a token once per chunk holding it), 7.5 MB for SciFact's 13,948
+chunks and 38 MB for 100k synthetic chunks of 40-120 words; above `MAX_OCCURRENCES` tokens
+in the index it is not built and FTS5 answers.
 
 Terms are tokenised by FTS5 itself, on a private in-memory table with the store's tokenizer.
 A term that is several tokens (a phrase, such as `don't`) needs positions the mirror does
