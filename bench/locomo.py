@@ -75,9 +75,11 @@ def budget_recall(hits: list[tuple[set[str], int]], evidence: set[str], budget: 
     return len(covered) / len(evidence)
 
 
-def filters_of(granularity: str) -> Filters:
-    """The filters a run at `granularity` searches with (`all`: none)."""
-    return Filters() if granularity == "all" else Filters(granularities=(granularity,))
+def filters_of(granularity: str, sources: tuple[str, ...] = ()) -> Filters:
+    """The filters a run at `granularity` searches with (`all`: none), within `sources` if
+    given (a store holding several conversations)."""
+    granularities = () if granularity == "all" else (granularity,)
+    return Filters(sources=sources, granularities=granularities)
 
 
 async def evaluate_conversation(
@@ -90,13 +92,15 @@ async def evaluate_conversation(
     overrides: dict[str, Any] | None = None,
     paired: dict[str, list[float]] | None = None,
     signals: list[dict[str, Any]] | None = None,
+    sources: tuple[str, ...] = (),
 ) -> None:
     """Search every question of one conversation in one mode and add up its scores.
 
     With `paired`, each answerable question's `PAIRED_METRICS` are appended to it in question
-    order, for paired significance tests between modes.
+    order, for paired significance tests between modes. With `sources`, the search is kept
+    within them (the conversation's own, in a store holding several).
     """
-    filters = filters_of(granularity)
+    filters = filters_of(granularity, sources)
     options = {**MODES[mode], **(overrides or {})}
     forget_query_vectors(memory)
     for qa in sample["qa"]:

@@ -3,11 +3,14 @@ query is trained and judged against, and how fast the learning rate rises."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from recalld.embeddings.base import HashEmbedder
 from recalld.tune import gate, train
-from recalld.tune.mining import Pair, Triple, is_sentence_query
+from recalld.tune.mining import Pair, Triple, hold_outs, is_sentence_query
+from recalld.types import Chunk
 
 
 @pytest.mark.parametrize(
@@ -72,3 +75,50 @@ def test_the_gate_does_not_count_a_sibling_chunk_as_a_miss() -> None:
     rival = Pair("sit amet consectetur adipiscing elit sed", f"{query} sit amet", 12, 2)
     figures = gate.measure(HashEmbedder(256), [pairs[0], rival], ["unrelated words only here"])
     assert figures.mrr < 1.0
+
+
+def _chunk(text: str, position: int = 1) -> Chunk:
+    return Chunk(
+        id=5,
+        document_id=2,
+        source="note",
+        position=position,
+        kind="text",
+        granularity="chunk",
+        key="",
+        parent_id=None,
+        text=text,
+        token_count=len(text.split()),
+        tags=(),
+        memory_type=None,
+        importance=0.5,
+        event_time=None,
+        created_at=0.0,
+        access_count=0,
+        last_accessed_at=None,
+        retrieval_count=0,
+        last_retrieved_at=None,
+        status="active",
+        meta={},
+    )
+
+
+SENTENCES = [
+    "The spare valve of the north rig is kept in the storage room.",
+    "Operators report that the valve drifts when the pressure rises.",
+    "Training for the valve takes two afternoons with a supervisor.",
+    "Nobody may open the valve of the north rig without a permit.",
+]
+
+
+def test_several_spans_of_a_chunk_each_make_a_query_without_them_in_its_positive() -> None:
+    chunk = _chunk(" ".join(SENTENCES))
+    pairs = hold_outs(chunk, random.Random(0), 3)
+    assert len({p.query for p in pairs}) == 3
+    for p in pairs:
+        assert p.query in SENTENCES and p.query not in p.positive
+        assert (p.chunk_id, p.document_id) == (5, 2)
+    # One span per chunk draws as it did before there could be several.
+    rng, again = random.Random(4), random.Random(4)
+    assert hold_outs(chunk, rng, 1)[0].query == again.choice(SENTENCES)
+    assert len(hold_outs(chunk, random.Random(0), 10)) == len(SENTENCES)

@@ -8,7 +8,6 @@ L2 normalisation), in fp32, with autograd.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from safetensors.numpy import load_file, save_file
-from tokenizers import Tokenizer
+from tokenizers import Encoding, Tokenizer
 
 from recalld.embeddings.local import MAX_TOKENS
 from recalld.embeddings.onnx_graph import BertConfig
@@ -50,6 +49,18 @@ class Encoder(torch.nn.Module):
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(MAX_TOKENS)
 
+    def freeze_below(self, layers: int) -> None:
+        """Freeze the embeddings and the lowest `layers` encoder layers. Autograd records no
+        operation whose inputs need no gradient, so a step neither keeps their activations nor
+        runs their backward: each frozen layer takes its share of the backward pass off a step
+        (the backward costs about twice the forward). The upper layers still adapt."""
+        if layers <= 0:
+            return
+        prefixes = ("embeddings.", *(f"encoder.layer.{i}." for i in range(layers)))
+        for key, weight in self.weights.items():
+            if key.replace("__", ".").startswith(prefixes):
+                weight.requires_grad_(False)
+
     def _w(self, name: str) -> torch.Tensor:
         weight: torch.Tensor = self.weights[name.replace(".", "__")]
         return weight
@@ -68,9 +79,12 @@ class Encoder(torch.nn.Module):
 
     def tokenize(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """Token ids and attention mask, padded to the batch's longest text."""
-        encodings = self.tokenizer.encode_batch(list(texts))
+        return self._padded(self.tokenizer.encode_batch(list(texts)))
+
+    @staticmethod
+    def _padded(encodings: Sequence[Encoding]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(e.ids) for e in encodings)
-        ids = torch.zeros((len(texts), width), dtype=torch.long)
+        ids = torch.zeros((len(encodings), width), dtype=torch.long)
         mask = torch.zeros_like(ids)
         for i, e in enumerate(encodings):
             ids[i, : len(e.ids)] = torch.tensor(e.ids)
@@ -80,8 +94,7 @@ class Encoder(torch.nn.Module):
     def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """Unit sentence vectors, `[batch, hidden]`."""
         cfg, w = self.config, self._w
-        hidden, heads = cfg.hidden_size, cfg.num_heads
-        head_dim = hidden // heads
+        hidden = cfg.hidden_size
         batch, seq = ids.shape
         x = (
             F.embedding(ids, w("embeddings.word_embeddings.weight"))
@@ -95,8 +108,9 @@ class Encoder(torch.nn.Module):
             att = f"{p}.attention.self"
 
             q, k, v = (self._heads(x, f"{att}.{n}") for n in ("query", "key", "value"))
-            scores = q @ k.transpose(-1, -2) / math.sqrt(head_dim) + bias
-            context = (scores.softmax(-1) @ v).transpose(1, 2).reshape(batch, seq, hidden)
+            # softmax(q k^T / sqrt(d) + bias) v, in torch's fused kernel.
+            attended = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+            context = attended.transpose(1, 2).reshape(batch, seq, hidden)
             out = f"{p}.attention.output"
             x = self._norm(self._linear(context, f"{out}.dense") + x, f"{out}.LayerNorm")
             h = F.gelu(self._linear(x, f"{p}.intermediate.dense"))
@@ -105,10 +119,25 @@ class Encoder(torch.nn.Module):
         pooled = (x * m).sum(1) / m.sum(1).clamp(min=1e-9)
         return F.normalize(pooled, dim=-1)
 
-    def encode(self, texts: Sequence[str]) -> torch.Tensor:
-        """Embed texts with gradients (for training)."""
-        vectors: torch.Tensor = self(*self.tokenize(texts))
-        return vectors
+    def encode(self, texts: Sequence[str], group: int = 0) -> torch.Tensor:
+        """Embed texts with gradients (for training).
+
+        With `group`, the texts are encoded `group` at a time in order of length, each group
+        padded only to its own longest: a text's vector does not depend on the padding of the
+        others (the mask keeps it out), so this only saves the work spent on padding.
+        """
+        if group <= 0 or len(texts) <= group:
+            vectors: torch.Tensor = self(*self.tokenize(texts))
+            return vectors
+        encodings = self.tokenizer.encode_batch(list(texts))
+        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
+        parts = [
+            self(*self._padded([encodings[i] for i in order[start : start + group]]))
+            for start in range(0, len(order), group)
+        ]
+        back = torch.empty(len(order), dtype=torch.long)
+        back[torch.tensor(order)] = torch.arange(len(order))
+        return torch.cat(parts)[back]
 
     def _heads(self, x: torch.Tensor, name: str) -> torch.Tensor:
         """A projection split into heads, `[batch, heads, seq, head_dim]`."""

@@ -109,8 +109,9 @@ class Mined:
         )
 
 
-def hold_out(chunk: Chunk, rng: random.Random) -> Pair | None:
-    """A span of `chunk` as a query and the rest of the chunk as its positive, or None."""
+def hold_outs(chunk: Chunk, rng: random.Random, count: int) -> list[Pair]:
+    """Up to `count` different spans of `chunk`, each a query whose positive is the rest of the
+    chunk (a small store has few chunks: several sentences each make more pseudo-queries)."""
     lines = [ln for ln in chunk.text.strip().split("\n") if ln.strip()]
     spans: list[str]
     if chunk.kind == "conversation":
@@ -122,13 +123,17 @@ def hold_out(chunk: Chunk, rng: random.Random) -> Pair | None:
     else:
         spans = [s for p in _SENTENCE.split(chunk.text) if is_sentence_query(s := p.strip())]
     if not spans:
-        return None
-    span = rng.choice(spans)
-    rest = " ".join(chunk.text.replace(span, " ", 1).split())
-    if len(rest.split()) < MIN_POSITIVE_WORDS:
-        return None
-    query = span.partition(": ")[2] if chunk.kind == "conversation" else span
-    return Pair(query.strip(), rest, chunk.id, chunk.document_id)
+        return []
+    # One span is drawn as it always was, so a run of one span per chunk stays the same.
+    chosen = [rng.choice(spans)] if count == 1 else rng.sample(spans, min(count, len(spans)))
+    pairs = []
+    for span in chosen:
+        rest = " ".join(chunk.text.replace(span, " ", 1).split())
+        if len(rest.split()) < MIN_POSITIVE_WORDS:
+            continue
+        query = span.partition(": ")[2] if chunk.kind == "conversation" else span
+        pairs.append(Pair(query.strip(), rest, chunk.id, chunk.document_id))
+    return pairs
 
 
 def is_sentence_query(span: str) -> bool:
@@ -145,10 +150,11 @@ def is_sentence_query(span: str) -> bool:
 
 
 async def pseudo_pairs(
-    store: Store, count: int, eval_share: float, seed: int
+    store: Store, count: int, eval_share: float, seed: int, per_chunk: int = 1
 ) -> tuple[list[Pair], list[Pair]]:
-    """Up to `count` pseudo-queries drawn from the store's chunks (memories left out: a short
-    statement has nothing to hold out), split by document into train and held-back eval."""
+    """Pseudo-queries from up to `count` of the store's chunks, up to `per_chunk` from each
+    (memories left out: a short statement has nothing to hold out), split by document into
+    train and held-back eval."""
     rng = random.Random(seed)
     by_kind = await store.read(lambda r: r.chunk_ids_by_kind())
     ids = sorted(cid for kind, v in by_kind.items() if kind != "memory" for cid in v)
@@ -158,7 +164,7 @@ async def pseudo_pairs(
         part = picked[start : start + 500]
         async with store.reading() as reader:
             chunks.update(await reader.chunks_by_id(part))
-    pairs = [p for cid in picked if cid in chunks if (p := hold_out(chunks[cid], rng))]
+    pairs = [p for cid in picked if cid in chunks for p in hold_outs(chunks[cid], rng, per_chunk)]
     documents = sorted({p.document_id for p in pairs})
     rng.shuffle(documents)
     held = set(documents[: max(1, round(len(documents) * eval_share))] if documents else [])
@@ -174,10 +180,11 @@ async def mine(
     queries: int,
     eval_share: float,
     seed: int,
+    per_chunk: int = 1,
     progress: Progress | None = None,
 ) -> Mined:
     """Draw pseudo-queries and keep the ones the two routes disagree on as triples."""
-    train, held_back = await pseudo_pairs(store, queries, eval_share, seed)
+    train, held_back = await pseudo_pairs(store, queries, eval_share, seed, per_chunk)
     triples: list[Triple] = []
     missed = lower = keyword_missed = 0
     for start in range(0, len(train), EMBED_BATCH):

@@ -40,7 +40,8 @@ T = TypeVar("T")
 class TuneOptions:
     """What to mine and how to train."""
 
-    queries: int = 2000
+    queries: int = 2000  # chunks drawn
+    spans_per_chunk: int = 1  # pseudo-queries held out of each drawn chunk, at most
     eval_share: float = 0.2
     distractors: int = 1000
     train: train.TrainSettings = field(default_factory=train.TrainSettings)
@@ -195,6 +196,7 @@ async def _mined(
     shape = {
         "base": spec,
         "queries": options.queries,
+        "spans_per_chunk": options.spans_per_chunk,
         "eval_share": options.eval_share,
         "seed": options.train.seed,
     }
@@ -212,6 +214,7 @@ async def _mined(
         queries=options.queries,
         eval_share=options.eval_share,
         seed=options.train.seed,
+        per_chunk=options.spans_per_chunk,
         progress=progress,
     )
     if not options.dry_run:

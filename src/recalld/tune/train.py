@@ -57,6 +57,12 @@ class TrainSettings:
     scale: float = 20.0  # sentence-transformers' MNRL default
     seed: int = 0
     threads: int = 2
+    # The embeddings and this many lowest encoder layers stay as they are: no backward runs
+    # through them, so a step costs less (README: s/step by frozen layers).
+    frozen_layers: int = 0
+    # Texts encoded this many at a time in order of length, each group padded to its own
+    # longest (0: the whole side of the batch at once); the same vectors, less padding.
+    length_group: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,11 +129,13 @@ def candidate_mask(batch: Sequence[Triple]) -> torch.Tensor:
     return allowed
 
 
-def mnrl_loss(encoder: Encoder, batch: Sequence[Triple], scale: float) -> torch.Tensor:
+def mnrl_loss(
+    encoder: Encoder, batch: Sequence[Triple], scale: float, group: int = 0
+) -> torch.Tensor:
     """MultipleNegativesRankingLoss: each query against all positives and hard negatives but
     those of its own document."""
-    queries = encoder.encode([t.query for t in batch])
-    documents = encoder.encode([t.positive for t in batch] + [t.negative for t in batch])
+    queries = encoder.encode([t.query for t in batch], group)
+    documents = encoder.encode([t.positive for t in batch] + [t.negative for t in batch], group)
     scores = (queries @ documents.T * scale).masked_fill(~candidate_mask(batch), float("-inf"))
     return F.cross_entropy(scores, torch.arange(len(batch)))
 
@@ -149,6 +157,7 @@ def train(
     """
     torch.set_num_threads(settings.threads)
     torch.manual_seed(settings.seed)
+    encoder.freeze_below(settings.frozen_layers)
     trained = [p for p in encoder.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(trained, lr=settings.learning_rate, fused=True)
     path = checkpoint_dir / CHECKPOINT
@@ -172,7 +181,8 @@ def train(
             raise Interrupted(f"stopped at step {step}")
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(settings, step, planned)
-        loss = mnrl_loss(encoder, _batch(triples, step, size, settings.seed), settings.scale)
+        batch = _batch(triples, step, size, settings.seed)
+        loss = mnrl_loss(encoder, batch, settings.scale, settings.length_group)
         optimizer.zero_grad()
         loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
