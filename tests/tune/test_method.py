@@ -4,12 +4,13 @@ query is trained and judged against, and how fast the learning rate rises."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 
 from recalld.embeddings.base import HashEmbedder
 from recalld.tune import gate, train
-from recalld.tune.mining import Pair, Triple, hold_outs, is_sentence_query
+from recalld.tune.mining import Pair, Triple, hold_outs, is_sentence_query, unit_of
 from recalld.types import Chunk
 
 
@@ -77,7 +78,7 @@ def test_the_gate_does_not_count_a_sibling_chunk_as_a_miss() -> None:
     assert figures.mrr < 1.0
 
 
-def _chunk(text: str, position: int = 1) -> Chunk:
+def _chunk(text: str, position: int = 1, meta: dict[str, Any] | None = None) -> Chunk:
     return Chunk(
         id=5,
         document_id=2,
@@ -99,7 +100,7 @@ def _chunk(text: str, position: int = 1) -> Chunk:
         retrieval_count=0,
         last_retrieved_at=None,
         status="active",
-        meta={},
+        meta=meta or {},
     )
 
 
@@ -122,3 +123,13 @@ def test_several_spans_of_a_chunk_each_make_a_query_without_them_in_its_positive
     rng, again = random.Random(4), random.Random(4)
     assert hold_outs(chunk, rng, 1)[0].query == again.choice(SENTENCES)
     assert len(hold_outs(chunk, random.Random(0), 10)) == len(SENTENCES)
+
+
+def test_a_conversations_sessions_are_units_as_documents_are() -> None:
+    def unit(dia_ids: list[str] | None) -> int:
+        return unit_of(_chunk("text", meta={} if dia_ids is None else {"dia_ids": dia_ids}))
+
+    assert unit(None) == 2  # a document's chunk: its document
+    assert unit(["D3:1", "D3:2"]) == unit(["D3:7"]) != unit(["D4:1"])  # a session's turns
+    assert unit(["D3:9", "D4:1"]) == 2  # across sessions: the document
+    assert unit(["D3:1"]) < 0  # apart from every document id

@@ -6,8 +6,8 @@ that span is its positive. Each pseudo-query runs through the store's own two ro
 (the current model) and BM25; where BM25 ranks the positive in its top k and the vector route
 ranks it lower or misses it, the model has a blind spot: (query, positive, hard negative) is a
 triple, the hard negative being the vector route's best hit that BM25 does not back (its
-confident wrong answer). Pseudo-queries from a held-back share of documents are never mined:
-they are the eval gate's.
+confident wrong answer). Pseudo-queries from a held-back share of documents (a conversation's
+sessions count as documents: `unit_of`) are never mined: they are the eval gate's.
 
 Both ends are kept clean, because a wrong label teaches the model the wrong thing: a sentence
 span must read as a query (a whole sentence, mostly words: a chunk boundary's fragment or a
@@ -55,7 +55,7 @@ class Pair:
     query: str
     positive: str
     chunk_id: int
-    document_id: int
+    document_id: int  # the chunk's unit (`unit_of`): its document, or a conversation's session
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,19 @@ class Mined:
         )
 
 
+def unit_of(chunk: Chunk) -> int:
+    """What the chunks that may overlap `chunk` share: its document, or for a conversation's
+    chunk within one session (the turns in its `dia_ids`, `D<session>:<turn>`), that session
+    (a negative id, apart from every document's). A session's, round's and fact's chunks
+    share turns; another session's do not, any more than another document's: a conversation
+    stored as one long document is not one unit that cannot disagree with itself."""
+    sessions = {d.partition(":")[0] for d in chunk.meta.get("dia_ids") or ()}
+    if len(sessions) != 1:
+        return chunk.document_id
+    session = sessions.pop().removeprefix("D")
+    return -(chunk.document_id * 100_000 + int(session)) if session.isdigit() else chunk.document_id
+
+
 def hold_outs(chunk: Chunk, rng: random.Random, count: int) -> list[Pair]:
     """Up to `count` different spans of `chunk`, each a query whose positive is the rest of the
     chunk (a small store has few chunks: several sentences each make more pseudo-queries)."""
@@ -132,7 +145,7 @@ def hold_outs(chunk: Chunk, rng: random.Random, count: int) -> list[Pair]:
         if len(rest.split()) < MIN_POSITIVE_WORDS:
             continue
         query = span.partition(": ")[2] if chunk.kind == "conversation" else span
-        pairs.append(Pair(query.strip(), rest, chunk.id, chunk.document_id))
+        pairs.append(Pair(query.strip(), rest, chunk.id, unit_of(chunk)))
     return pairs
 
 
@@ -217,7 +230,7 @@ async def mine(
             lower += in_vec
             triples.append(
                 Triple(
-                    pair.query, pair.positive, negative.text, pair.document_id, negative.document_id
+                    pair.query, pair.positive, negative.text, pair.document_id, unit_of(negative)
                 )
             )
         if progress is not None:
@@ -238,7 +251,7 @@ async def _blind_spot(
         if (
             chunk is not None
             and cid not in backed
-            and chunk.document_id != pair.document_id
+            and unit_of(chunk) != pair.document_id
             and pair.query not in chunk.text
         ):
             return chunk

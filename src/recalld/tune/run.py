@@ -239,7 +239,9 @@ async def _distractors(store: Store, mined: mining.Mined, options: TuneOptions) 
     rng = random.Random(f"{options.train.seed}:distractors")
     picked = rng.sample(ids, min(len(ids), options.distractors * 2))
     chunks = await store.read(lambda c: c.chunks_by_id(picked))
-    texts = [chunks[c].text for c in picked if c in chunks and chunks[c].document_id not in held]
+    texts = [
+        chunks[c].text for c in picked if c in chunks and mining.unit_of(chunks[c]) not in held
+    ]
     return texts[: options.distractors]
 
 
