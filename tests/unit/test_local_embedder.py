@@ -178,6 +178,12 @@ def test_int8_vector_is_the_same_bits_whatever_its_batch_companions(int8: LocalE
     np.testing.assert_array_equal(int8.embed([SENTENCES[i] for i in shuffled]), alone[shuffled])
 
 
+def test_int8_runs_in_flight_give_the_same_bits_as_runs_one_by_one(int8: LocalEmbedder) -> None:
+    one_by_one = LocalEmbedder(cache_dir=int8.cache_dir, runs_in_flight=1)
+    assert int8.runs_in_flight > 1
+    np.testing.assert_array_equal(int8.embed(SENTENCES * 3), one_by_one.embed(SENTENCES * 3))
+
+
 def test_int8_sub_batches_would_move_vectors(int8: LocalEmbedder) -> None:
     # Why int8 runs texts alone: with one activation scale per run, a text in a sub-batch gets
     # a vector a little off the one it gets alone.

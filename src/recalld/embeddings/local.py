@@ -107,6 +107,7 @@ class LocalEmbedder:
         batch_size: Most texts per `session.run`; default `INT8_BATCH_SIZE` (1) for int8,
             `BATCH_SIZE` for fp32. int8 vectors depend on their companions when above 1.
         batch_tokens: Most padded tokens per `session.run` (a longer text still runs, alone).
+        runs_in_flight: One-text runs (int8) at once in a call with several; 1: one by one.
     """
 
     dimension = DIMENSION
@@ -121,6 +122,7 @@ class LocalEmbedder:
         intra_op_num_threads: int | None = None,
         batch_size: int | None = None,
         batch_tokens: int = BATCH_TOKENS,
+        runs_in_flight: int = RUNS_IN_FLIGHT,
         model_name: str = "minilm-l6-v2",
         weights_sha256: str = WEIGHTS_SHA256,
     ) -> None:
@@ -135,6 +137,7 @@ class LocalEmbedder:
             batch_size = INT8_BATCH_SIZE if quantize else BATCH_SIZE
         self.batch_size = max(1, batch_size)
         self.batch_tokens = batch_tokens
+        self.runs_in_flight = max(1, runs_in_flight)
         self._lock = threading.Lock()
         self._runtime: _Runtime | None = None
         self._counts = RecentCounts()
@@ -157,7 +160,7 @@ class LocalEmbedder:
 
         Texts longer than 256 tokens are truncated. Texts are sorted by length and run in small
         sub-batches padded to their own longest text, so short texts don't pay for long ones
-        (int8: one text per run, see the class docstring, `RUNS_IN_FLIGHT` runs at a time).
+        (int8: one text per run, see the class docstring, `runs_in_flight` runs at a time).
         """
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
@@ -187,7 +190,7 @@ class LocalEmbedder:
                 raise EmbeddingError(f"{self.model_id} inference failed: {exc}") from exc
             out[rows] = vectors
 
-        workers = min(RUNS_IN_FLIGHT, len(runs)) if self.batch_size == 1 else 1
+        workers = min(self.runs_in_flight, len(runs)) if self.batch_size == 1 else 1
         if workers < 2:
             for rows in runs:
                 run(rows)
