@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recalld.storage.sqlite.connection import sqlite
+from recalld.storage.sqlite.connection import DatabaseError, sqlite
 from recalld.storage.sqlite.schema import FTS_TOKENIZE
 
 logger = logging.getLogger(__name__)
@@ -58,6 +58,8 @@ _B = 0.75
 _KEY_SQL = "SELECT id, block FROM chunks_fts_data WHERE id IN (1, 10) ORDER BY id"
 # A rebuild runs at most this share of the time (after one of t seconds, none for 4t).
 _REBUILD_DUTY = 0.2
+# After a failed build, the next waits this long (seconds).
+_RETRY_S = 30.0
 # Above this many tokens in the index the mirror is not built and FTS5 answers: postings take
 # ~6 bytes each (a 4-byte row number and a 2-byte count; a token repeated in a chunk is one),
 # ~36 MB at 100k synthetic chunks of 40-120 words (8M tokens), and a build then takes ~10 s.
@@ -393,7 +395,14 @@ class KeywordIndex:
         self._stopped = threading.Event()
         # Lookups answered from the mirror, and by FTS5 for want of a current one.
         self.served = self.missed = 0
+        # Opened with the store, so it reads the file the readers read even if the path is
+        # later deleted or replaced (a build from a replaced file never matches its records).
         self._probe: Any = None
+        if path is not None:
+            try:
+                self._probe = _open_readonly(path)
+            except DatabaseError:
+                logger.warning("keyword mirror off: cannot open %s", path)
 
     def current(self) -> Snapshot | None:
         """The snapshot, if it reflects the FTS5 index as last committed; otherwise None, and
@@ -403,12 +412,13 @@ class KeywordIndex:
         query of ~20 us, where a round trip to a reader's thread costs ~0.1 ms on an idle
         machine and milliseconds on a busy one.
         """
-        if self.path is None:
+        if self._probe is None:
             return None
-        with self._lock:
-            if self._probe is None:
-                self._probe = _open_readonly(self.path)
-            key, _, tokens = _key(self._probe.execute(_KEY_SQL).fetchall())
+        try:
+            with self._lock:
+                key, _, tokens = _key(self._probe.execute(_KEY_SQL).fetchall())
+        except DatabaseError:
+            return None  # FTS5 answers, or reports what is wrong
         snapshot = self._snapshot
         if snapshot is not None and snapshot.key == key:
             self.served += 1
@@ -437,6 +447,7 @@ class KeywordIndex:
 
     def _build(self) -> None:
         started = time.monotonic()
+        retry = 0.0
         try:
             assert self.path is not None
             snapshot = read_snapshot(self.path, self._stopped)
@@ -451,15 +462,16 @@ class KeywordIndex:
                 )
         except Stopped:
             pass
-        except Exception:  # a failed build leaves FTS5 answering; the next one may succeed
+        except Exception:  # a failed build leaves FTS5 answering; a later one may succeed
             logger.exception("keyword mirror build failed")
             self._snapshot = None
+            retry = _RETRY_S
         finally:
             _return_freed_memory()
             took = time.monotonic() - started
             with self._lock:
                 self._building = False
-                self._next_build = time.monotonic() + took * (1 / _REBUILD_DUTY - 1)
+                self._next_build = time.monotonic() + max(retry, took * (1 / _REBUILD_DUTY - 1))
 
     def wait_built(self, timeout: float = 60.0) -> None:
         """Block until no build runs (tests and benchmarks)."""
@@ -483,7 +495,7 @@ def lookup(
 ) -> tuple[Snapshot, list[list[str]]] | None:
     """The current snapshot and each expression's tokens (one a term), or None when FTS5
     must answer: no mirror (yet), other FTS5 syntax, or a term of several tokens."""
-    if index is None or index.path is None:
+    if index is None:
         return None
     per_expression: list[list[str]] = []
     for expression in expressions:
