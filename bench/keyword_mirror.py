@@ -78,7 +78,7 @@ def _one(
     ms, top = timed(lambda: keywords.ranked(*snapshot.scores(tokens), 50))
     assert top == [(int(r[0]), -float(r[1])) for r in rows], text
     add("mirror ranked", ms)
-    add("mirror scores of 50 ids", timed(lambda: keywords.scores_of(snapshot, tokens, ids))[0])
+    add("mirror scores of 50 ids", timed(lambda: keywords.scores_of(ids)(snapshot, [tokens]))[0])
     add("mirror term counts", timed(lambda: [snapshot.frequency([t]) for t in tokens])[0])
     add("mirror coverage probes", timed(lambda: [snapshot.contains(t, chunk) for t in tokens])[0])
     return 0

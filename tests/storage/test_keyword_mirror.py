@@ -2,6 +2,7 @@
 ids, the same scores to the bit, after writes too, on real SQLite files."""
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -163,3 +164,40 @@ async def test_a_store_above_the_size_limit_is_searched_through_fts5(
             assert mirror == fts5
         await asyncio.to_thread(store.keywords.wait_built)
     assert store.keywords.served == 0 and store.keywords.missed > 0
+
+
+async def test_tokenising_and_scoring_never_run_on_the_event_loop(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+):
+    await put(store, "a.md", TEXTS[:5])
+    await put(store, "b.md", TEXTS[5:], kind="memory")
+    await mirrored(store)
+    threads: dict[str, set[int]] = {}
+
+    def recording(name: str, method):
+        def record(*args, **kwargs):
+            threads.setdefault(name, set()).add(threading.get_ident())
+            return method(*args, **kwargs)
+
+        return record
+
+    monkeypatch.setattr(keywords.Tokens, "of", recording("tokenise", keywords.Tokens.of))
+    for name in ("scores", "frequency", "contains"):
+        method = getattr(keywords.Snapshot, name)
+        monkeypatch.setattr(keywords.Snapshot, name, recording(name, method))
+    served = store.keywords.served
+    terms = query_terms("fresh insulin glucose cells")  # "fresh": not yet tokenised
+    expr, quoted = match_expression(terms), [quote_term(t) for t in terms]
+
+    async def every_lookup(r) -> None:
+        assert await r.fts(expr, 5, NO_FILTERS)
+        assert await r.fts(expr, 5, Filters(kinds=("memory",)))
+        assert await r.keyword_scores(expr, [1, 2, 3])
+        assert await r.document_frequencies(quoted)
+        assert await r.matched_terms(2, quoted)
+
+    await store.read(every_lookup)
+    assert store.keywords.served == served + 5
+    assert set(threads) == {"tokenise", "scores", "frequency", "contains"}
+    loop_thread = threading.get_ident()
+    assert all(loop_thread not in seen for seen in threads.values()), threads

@@ -6,6 +6,7 @@ indexes; each operation runs the SQL of this folder's `readers`, `writer`, `link
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -55,23 +56,28 @@ class SqliteReader(contract.Reader):
         return await readers.knn(self.conn, self.search_index, vector, k, filters)
 
     async def fts(self, expression: str, k: int, filters: Filters) -> list[tuple[int, float]]:
-        found = keywords.lookup(self.keyword_index, [expression])
+        index, conn = self.keyword_index, self.conn
+        if filters.is_empty():
+            best = await keywords.lookup(index, [expression], keywords.best(k))
+            if best is None:
+                return await readers.fts(conn, expression, k, filters)
+            return best
+        found = await keywords.lookup(index, [expression], keywords.matches)
         if found is None:
-            return await readers.fts(self.conn, expression, k, filters)
-        snapshot, (tokens,) = found
-        ids, scores = snapshot.scores(tokens)
-        if not filters.is_empty() and len(ids):
-            allowed = await stored_links.matching(self.conn, ids.tolist(), filters)
-            keep = np.isin(ids, np.array(sorted(allowed), dtype=np.int64))
-            ids, scores = ids[keep], scores[keep]
-        return keywords.ranked(ids, scores, k)
+            return await readers.fts(conn, expression, k, filters)
+        ids, scores = found
+        if not len(ids):
+            return []
+        allowed = await stored_links.matching(conn, ids.tolist(), filters)
+        return await asyncio.to_thread(keywords.best_allowed, ids, scores, allowed, k)
 
     async def keyword_scores(self, expression: str, ids: Sequence[int]) -> dict[int, float]:
-        found = keywords.lookup(self.keyword_index, [expression])
-        if found is None or not ids:
+        found = None
+        if ids:
+            found = await keywords.lookup(self.keyword_index, [expression], keywords.scores_of(ids))
+        if found is None:
             return await readers.keyword_scores(self.conn, expression, ids)
-        snapshot, (tokens,) = found
-        return keywords.scores_of(snapshot, tokens, ids)
+        return found
 
     async def latest_event_time(self, filters: Filters) -> float | None:
         return await readers.latest_event_time(self.conn, filters)
@@ -85,18 +91,17 @@ class SqliteReader(contract.Reader):
         return await readers.document_frequency(self.conn, expression)
 
     async def document_frequencies(self, expressions: Sequence[str]) -> list[int]:
-        found = keywords.lookup(self.keyword_index, expressions)
+        found = await keywords.lookup(self.keyword_index, expressions, keywords.frequencies)
         if found is None:
             return await readers.document_frequencies(self.conn, expressions)
-        snapshot, per_expression = found
-        return [snapshot.frequency(tokens) for tokens in per_expression]
+        return found
 
     async def matched_terms(self, chunk_id: int, expressions: Sequence[str]) -> list[bool]:
-        found = keywords.lookup(self.keyword_index, expressions)
+        answer = keywords.matched_in(chunk_id)
+        found = await keywords.lookup(self.keyword_index, expressions, answer)
         if found is None:
             return await readers.matched_terms(self.conn, chunk_id, expressions)
-        snapshot, per_expression = found
-        return [any(snapshot.contains(t, chunk_id) for t in tokens) for tokens in per_expression]
+        return found
 
     async def meta_value(self, key: str) -> str | None:
         return await readers.meta_value(self.conn, key)

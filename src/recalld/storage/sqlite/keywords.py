@@ -38,10 +38,10 @@ import math
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -74,6 +74,7 @@ _READ_BATCH = 500_000
 _QUOTED = re.compile(r'"((?:[^"]|"")*)"')
 
 Key = tuple[bytes, ...]
+T = TypeVar("T")
 Phrases = list[tuple[str, ...]]
 
 
@@ -205,13 +206,53 @@ def ranked(
     return [(int(ids[i]), float(scores[i])) for i in order]
 
 
-def scores_of(snapshot: Snapshot, tokens: Sequence[str], ids: Sequence[int]) -> dict[int, float]:
+# A lookup's answer, from a snapshot and each expression's tokens (see `lookup`).
+Answer = Callable[[Snapshot, list[list[str]]], T]
+
+
+def best(k: int) -> Answer[list[tuple[int, float]]]:
+    """The `k` best rows for an OR of the tokens, as FTS5's `ORDER BY rank LIMIT k`."""
+    return lambda snapshot, tokens: ranked(*snapshot.scores(tokens[0]), k)
+
+
+def matches(
+    snapshot: Snapshot, tokens: list[list[str]]
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+    """Every row matching an OR of the tokens, and its score (see `Snapshot.scores`)."""
+    return snapshot.scores(tokens[0])
+
+
+def best_allowed(
+    ids: npt.NDArray[np.int64], scores: npt.NDArray[np.float64], allowed: set[int], k: int
+) -> list[tuple[int, float]]:
+    """The `k` best of the matching rows `ids` that a filter allows."""
+    keep = np.isin(ids, np.array(sorted(allowed), dtype=np.int64))
+    return ranked(ids[keep], scores[keep], k)
+
+
+def scores_of(ids: Sequence[int]) -> Answer[dict[int, float]]:
     """The scores of those of `ids` that match, by ascending id (FTS5's order)."""
-    found, scores = snapshot.scores(tokens)
-    wanted = np.unique(np.asarray(ids, dtype=np.int64))
-    at = np.minimum(np.searchsorted(found, wanted), max(len(found) - 1, 0))
-    hit = found[at] == wanted if len(found) else np.zeros(len(wanted), dtype=bool)
-    return {int(i): float(s) for i, s in zip(wanted[hit], scores[at[hit]], strict=True)}
+
+    def answer(snapshot: Snapshot, tokens: list[list[str]]) -> dict[int, float]:
+        found, scores = snapshot.scores(tokens[0])
+        wanted = np.unique(np.asarray(ids, dtype=np.int64))
+        at = np.minimum(np.searchsorted(found, wanted), max(len(found) - 1, 0))
+        hit = found[at] == wanted if len(found) else np.zeros(len(wanted), dtype=bool)
+        return {int(i): float(s) for i, s in zip(wanted[hit], scores[at[hit]], strict=True)}
+
+    return answer
+
+
+def frequencies(snapshot: Snapshot, per_expression: list[list[str]]) -> list[int]:
+    """How many rows each expression matches."""
+    return [snapshot.frequency(tokens) for tokens in per_expression]
+
+
+def matched_in(chunk_id: int) -> Answer[list[bool]]:
+    """Whether row `chunk_id` matches each expression."""
+    return lambda snapshot, per_expression: [
+        any(snapshot.contains(t, chunk_id) for t in tokens) for tokens in per_expression
+    ]
 
 
 class Stopped(Exception):
@@ -358,13 +399,13 @@ class Tokens:
 
     def of(self, terms: Sequence[str]) -> Phrases:
         """Each term's tokens, in order."""
-        missing = [t for t in dict.fromkeys(terms) if t not in self._cache]
-        if missing:
-            with self._lock:
+        with self._lock:  # lookups in several worker threads share the cache
+            missing = [t for t in dict.fromkeys(terms) if t not in self._cache]
+            if missing:
                 if len(self._cache) + len(missing) > _TOKEN_CACHE:
                     self._cache.clear()
                 self._cache.update(self._tokenise(missing))
-        return [self._cache[t] for t in terms]
+            return [self._cache[t] for t in terms]
 
     def _tokenise(self, terms: list[str]) -> dict[str, tuple[str, ...]]:
         conn = self._conn
@@ -419,12 +460,16 @@ class KeywordIndex:
                 key, _, tokens = _key(self._probe.execute(_KEY_SQL).fetchall())
         except DatabaseError:
             return None  # FTS5 answers, or reports what is wrong
-        snapshot = self._snapshot
-        if snapshot is not None and snapshot.key == key:
-            self.served += 1
+        with self._lock:  # counted under the lock: lookups run in worker threads
+            snapshot = self._snapshot
+            fresh = snapshot is not None and snapshot.key == key
+            if fresh:
+                self.served += 1
+            else:
+                self.missed += 1
+                self._snapshot = None  # stale: never served again, so its memory can go now
+        if fresh:
             return snapshot
-        self.missed += 1
-        self._snapshot = None  # stale: never served again, so its memory can go now
         if tokens <= MAX_OCCURRENCES:
             self._start_build()
         return None
@@ -490,13 +535,19 @@ class KeywordIndex:
                 self._probe.close()
 
 
-def lookup(
-    index: KeywordIndex | None, expressions: Sequence[str]
-) -> tuple[Snapshot, list[list[str]]] | None:
-    """The current snapshot and each expression's tokens (one a term), or None when FTS5
-    must answer: no mirror (yet), other FTS5 syntax, or a term of several tokens."""
+async def lookup(
+    index: KeywordIndex | None, expressions: Sequence[str], answer: Answer[T]
+) -> T | None:
+    """`answer(snapshot, each expression's tokens (one a term))` from the current snapshot,
+    or None when FTS5 must answer: no mirror (yet), other FTS5 syntax, or a term of several
+    tokens. The whole lookup runs in one worker thread: tokenising and the staleness check
+    are SQLite, the answer numpy over the postings, and the event loop runs neither."""
     if index is None:
         return None
+    return await asyncio.to_thread(_lookup, index, expressions, answer)
+
+
+def _lookup(index: KeywordIndex, expressions: Sequence[str], answer: Answer[T]) -> T | None:
     per_expression: list[list[str]] = []
     for expression in expressions:
         terms = expression_terms(expression)
@@ -507,4 +558,4 @@ def lookup(
             return None
         per_expression.append([p[0] for p in phrases])
     snapshot = index.current()
-    return None if snapshot is None else (snapshot, per_expression)
+    return None if snapshot is None else answer(snapshot, per_expression)
