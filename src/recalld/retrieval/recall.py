@@ -9,6 +9,14 @@ has them, while the keyword route, usually the slower, still runs); fusion (the 
 in `fusion.py`) orders them; the gate (MemX R1, `gate.py`) rejects a query nothing answers.
 The ranking stages then work on the candidates.
 `Recalled` also keeps each route's ranks for every hit's `explain`.
+
+The query embedding runs beside the routes, not before them, and ONNX Runtime keeps one
+intra-op thread a core for it (issue 20, no contention inside a search): on the full SciFact
+store (13,948 chunks, 2 cores shared, load average 7-11), embedding first took 0.95-1.14x the
+per-query time of this structure (six runs), everything in turn 0.97-1.08x, one ORT thread
+1.00-1.05x, all ranking the same ids; nothing was faster beyond the run-to-run noise, and beside
+the routes a remote embedder's round trip hides the keyword route
+(`python -m bench.search_structure HOME ../shared/data/scifact`).
 """
 
 from __future__ import annotations
