@@ -3,6 +3,7 @@ corpus's notes are tuned on, then their questions are scored before and after th
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
@@ -14,28 +15,16 @@ from bench import tune as tune_bench
 from bench.common import bench_settings
 from recalld.embeddings import tuned
 from recalld.storage.registry import stored_model
-from recalld.tune import train
-from recalld.tune.run import TuneOptions
 
 from .corpus import TEMPLATES, notes
+from .options import OPTIONS as TUNE_OPTIONS
 
 pytestmark = [pytest.mark.model, pytest.mark.slow, pytest.mark.timeout(600)]
 
-OPTIONS = TuneOptions(
-    queries=200,
-    eval_share=0.25,
-    distractors=200,
-    train=train.TrainSettings(
-        learning_rate=5e-5,
-        batch_size=8,
-        max_steps=6,
-        max_seconds=300,
-        max_epochs=6,
-        checkpoint_every=2,
-        threads=1,
-        frozen_layers=2,
-        length_group=4,
-    ),
+# The tuning tests' options, with the cheaper training settings the bench offers.
+OPTIONS = dataclasses.replace(
+    TUNE_OPTIONS,
+    train=dataclasses.replace(TUNE_OPTIONS.train, frozen_layers=2, length_group=4),
 )
 QUESTIONS = 5  # per conversation
 
