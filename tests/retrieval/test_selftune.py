@@ -9,6 +9,7 @@ import pytest
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.retrieval import selftune
+from tests.helpers.records import stored_chunk
 
 TOPICS = {
     "volcano": "lava magma eruption crater ash basalt caldera vent plume tephra",
@@ -113,7 +114,7 @@ def test_conversation_pseudo_queries_target_the_reply_not_the_question():
     from recalld.types import Chunk
 
     def chunk(cid: int, granularity: str, text: str, turns: list[str], position: int) -> Chunk:
-        return Chunk(
+        return stored_chunk(
             id=cid,
             document_id=1,
             source="c",
@@ -123,17 +124,7 @@ def test_conversation_pseudo_queries_target_the_reply_not_the_question():
             text=text,
             meta={"turn_ids": turns},
             key=f"k{cid}",
-            parent_id=None,
             token_count=0,
-            tags=(),
-            memory_type=None,
-            importance=0.5,
-            event_time=None,
-            created_at=0.0,
-            access_count=0,
-            last_accessed_at=None,
-            retrieval_count=0,
-            last_retrieved_at=None,
             status="current",
         )
 

@@ -12,6 +12,7 @@ from recalld.embeddings.base import HashEmbedder
 from recalld.tune import gate, train
 from recalld.tune.mining import Pair, Triple, hold_outs, is_sentence_query, unit_of
 from recalld.types import Chunk
+from tests.helpers.records import stored_chunk
 
 
 @pytest.mark.parametrize(
@@ -79,27 +80,15 @@ def test_the_gate_does_not_count_a_sibling_chunk_as_a_miss() -> None:
 
 
 def _chunk(text: str, position: int = 1, meta: dict[str, Any] | None = None) -> Chunk:
-    return Chunk(
+    return stored_chunk(
         id=5,
         document_id=2,
         source="note",
         position=position,
         kind="text",
         granularity="chunk",
-        key="",
-        parent_id=None,
         text=text,
         token_count=len(text.split()),
-        tags=(),
-        memory_type=None,
-        importance=0.5,
-        event_time=None,
-        created_at=0.0,
-        access_count=0,
-        last_accessed_at=None,
-        retrieval_count=0,
-        last_retrieved_at=None,
-        status="active",
         meta=meta or {},
     )
 

@@ -8,19 +8,24 @@ import itertools
 from recalld.daemon.context import pack_sections
 from recalld.embeddings.base import HashEmbedder
 from recalld.types import Chunk
+from tests.helpers.records import stored_chunk
 
 COUNT = HashEmbedder().count_tokens
 IDS = itertools.count(1)
 
 
 def chunk(text: str) -> Chunk:
-    return Chunk(
-        id=next(IDS), document_id=1, source="memory:x", position=0, kind="memory",
-        granularity="memory", key="k", parent_id=None, text=text, token_count=len(text.split()),
-        tags=(), memory_type=None, importance=0.5, event_time=None, created_at=0.0,
-        access_count=0, last_accessed_at=None, retrieval_count=0, last_retrieved_at=None,
-        status="active", meta={},
-    )  # fmt: skip
+    return stored_chunk(
+        id=next(IDS),
+        document_id=1,
+        source="memory:x",
+        position=0,
+        kind="memory",
+        granularity="memory",
+        key="k",
+        text=text,
+        token_count=len(text.split()),
+    )
 
 
 def test_budget_dedup_and_headings() -> None:

@@ -6,6 +6,7 @@ import pytest
 
 from recalld.retrieval.packing import pack
 from recalld.types import Chunk, Hit
+from tests.helpers.records import stored_chunk
 
 
 def words(text: str) -> int:
@@ -13,7 +14,7 @@ def words(text: str) -> int:
 
 
 def chunk(cid: int, text: str, granularity: str = "fact", parent: int | None = None) -> Chunk:
-    return Chunk(
+    return stored_chunk(
         id=cid,
         document_id=1,
         source="s",
@@ -24,17 +25,6 @@ def chunk(cid: int, text: str, granularity: str = "fact", parent: int | None = N
         parent_id=parent,
         text=text,
         token_count=words(text),
-        tags=(),
-        memory_type=None,
-        importance=0.5,
-        event_time=None,
-        created_at=0.0,
-        access_count=0,
-        last_accessed_at=None,
-        retrieval_count=0,
-        last_retrieved_at=None,
-        status="active",
-        meta={},
     )
 
 
