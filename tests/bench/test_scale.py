@@ -7,8 +7,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from bench import scale
+from bench import scale, scale_truth
 from bench.__main__ import main
+from recalld.storage.sqlite import readers
+from recalld.storage.sqlite.store import SqliteStore
+from recalld.types import NO_FILTERS, Filters
 
 ROUTES = ("vector", "vector_filtered", "exact", "search_full", "search_bm25")
 
@@ -40,6 +43,9 @@ def test_scale_command_reports_every_field(tmp_path: Path):
     [size] = report["sizes"]
     assert size["chunks"] == 2000 and size["route"] == "cascade"
     assert size["recall@10"] >= 0.95 and size["recall@10_filtered"] >= 0.95
+    # The one-pass ground truth is sqlite-vec's exact KNN, query by query.
+    assert size["exact_timed_queries"] == 8 and size["exact_agreement"] == 1.0
+    assert set(size["peak_rss_anon_mb"]) == {"index_load", "index_fill", "keyword_load"}
     for route in ROUTES:
         assert set(size[route]) == {"p50_ms", "p95_ms", "p99_ms"}
         assert 0 < size[route]["p50_ms"] <= size[route]["p99_ms"]
@@ -116,3 +122,22 @@ def test_plot_command_writes_pngs(tmp_path: Path):
     assert result.exit_code == 0, result.output
     for name in ("scale", "beir"):
         assert (tmp_path / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+async def test_one_pass_truth_is_sqlite_vec_exact_knn(tmp_path: Path):
+    corpus = scale.make_corpus(1500, 384)
+    path = tmp_path / "truth.db"
+    await scale.build(path, corpus, 1500)
+    _, queries = scale.queries(corpus, 6)
+    store = await SqliteStore.open(path, model_id="synthetic-384", dimension=384)
+    try:
+        async with store.reading_conn() as conn:
+            every, rounds = await scale_truth.exact_top(conn, queries, 10, 384, ("round",))
+            for q, want, want_rounds in zip(queries, every, rounds, strict=True):
+                hits = await readers.knn(conn, None, q, 10, NO_FILTERS)
+                assert [cid for cid, _ in hits] == want
+                only = Filters(granularities=("round",))
+                hits = await readers.knn(conn, None, q, 10, only)
+                assert [cid for cid, _ in hits] == want_rounds
+    finally:
+        await store.close()
