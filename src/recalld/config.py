@@ -35,7 +35,7 @@ VectorIndex = Literal["hnsw", "exact"]
 EncodingFormat = Literal["base64", "float"]
 SearchMode = Literal["hybrid", "vector", "bm25"]
 Fusion = Literal["score", "rrf"]
-Weighting = Literal["coverage", "idf", "fixed"]
+Weighting = Literal["coverage", "idf", "fixed", "agreement", "coverage-agreement"]
 TimeMode = Literal["boost", "filter"]
 SupersedeMode = Literal["llm", "heuristic", "off"]
 SymlinkPolicy = Literal["inside", "never", "all"]
@@ -162,6 +162,11 @@ class SearchSettings:
     # How many of the best keyword hits the coverage signal reads (the most any one holds):
     # BM25's best hit is not always the one holding most of the query (issue 14). 1: the best.
     coverage_depth: int = 1
+    # A floor under the adaptive keyword weight (0: none): at round granularity BM25 beats the
+    # vector route even where the coverage signal is low (issue 14). Measured, off: README.
+    keyword_weight_floor: float = 0.0
+    # weighting = "agreement": how many of each route's best the other route is asked about.
+    agreement_depth: int = 5
     gate: bool = True
     # A keyword hit counts as evidence for the gate only when the best BM25 hit holds at least
     # this IDF-weighted share of the query. 0 is MemX's R1 as published (any keyword hit): on

@@ -84,6 +84,35 @@ def adaptive_weights(rel_idf: float, midpoint: float, slope: float) -> tuple[flo
     return 1.0 - keyword, keyword
 
 
+def route_agreement(
+    similarity: Mapping[int, float], keyword: Mapping[int, float], depth: int
+) -> float:
+    """The keyword route's share of the two routes' endorsement of each other, in [0, 1].
+
+    Each route's best `depth` candidates are looked up in the other route's ranking: a
+    candidate the other route ranks r-th endorses its route by `depth / (depth + r - 1)`
+    (1 at the top, a half at rank depth + 1), nothing when the other route did not score it.
+    The route whose best candidates the other one also ranks high is the one to trust: a
+    keyword route whose first hits are topic neighbours of the query, or a vector route whose
+    first hits share none of its words, is endorsed little. Even endorsement (or none) is 0.5.
+    """
+    vector_rank = {c: r for r, c in enumerate(ranked(similarity), start=1)}
+    keyword_rank = {
+        c: r for r, c in enumerate((c for c in ranked(keyword) if keyword[c] > 0), start=1)
+    }
+
+    def endorsement(best: list[int], other: Mapping[int, int]) -> float:
+        if not best:
+            return 0.0
+        return sum(depth / (depth + other[c] - 1) for c in best if c in other) / len(best)
+
+    of_keyword = endorsement(list(keyword_rank)[:depth], vector_rank)
+    of_vector = endorsement(list(vector_rank)[:depth], keyword_rank)
+    if of_keyword + of_vector <= 0:
+        return 0.5
+    return of_keyword / (of_keyword + of_vector)
+
+
 def min_max(scores: Mapping[int, float]) -> dict[int, float]:
     """Scale scores to [0, 1]; a single or constant set maps to 1."""
     if not scores:
@@ -108,6 +137,35 @@ def score_fusion(
     }
 
 
+AGREEMENT_WEIGHTINGS = ("agreement", "coverage-agreement")
+"""Weightings whose signal is the keyword weight itself (no sigmoid curve after it)."""
+
+
+def _curve(opts: SearchSettings, signal: float) -> float:
+    """The keyword weight the sigmoid curve gives a signal."""
+    return adaptive_weights(signal, opts.adaptive_midpoint, opts.adaptive_slope)[1]
+
+
+def keyword_signal(
+    opts: SearchSettings,
+    similarity: Mapping[int, float],
+    keyword: Mapping[int, float],
+    coverage: float,
+    doc_freqs: Sequence[int],
+    total: int,
+) -> float:
+    """The per-query signal of an adaptive weighting (`opts.weighting`, not "fixed")."""
+    if opts.weighting == "coverage":
+        return coverage
+    if opts.weighting == "idf":
+        return relative_idf(doc_freqs, total)
+    agreement = route_agreement(similarity, keyword, opts.agreement_depth)
+    if opts.weighting == "agreement":
+        return agreement
+    # "coverage-agreement": two estimates of how far to trust the keyword route, averaged.
+    return (agreement + _curve(opts, coverage)) / 2
+
+
 def hybrid(
     opts: SearchSettings,
     similarity: Mapping[int, float],
@@ -121,7 +179,8 @@ def hybrid(
 
     Args:
         opts: The search settings (`fusion`, `weighting`, `vector_weight`, `rrf_k`,
-            `adaptive_midpoint`, `adaptive_slope`).
+            `adaptive_midpoint`, `adaptive_slope`, `agreement_depth`,
+            `keyword_weight_floor`).
         similarity: Vector candidates' cosine similarities.
         keyword: Keyword candidates' scores.
         orders: Each route's ids best first (vector, keyword) for RRF; None ranks the given
@@ -138,9 +197,10 @@ def hybrid(
     if opts.weighting == "fixed":
         weights = {"vector": opts.vector_weight, "bm25": 1.0 - opts.vector_weight}
     else:
-        signal = coverage if opts.weighting == "coverage" else relative_idf(doc_freqs, total)
-        w_vec, w_kw = adaptive_weights(signal, opts.adaptive_midpoint, opts.adaptive_slope)
-        weights = {"vector": w_vec, "bm25": w_kw}
+        signal = keyword_signal(opts, similarity, keyword, coverage, doc_freqs, total)
+        w_kw = signal if opts.weighting in AGREEMENT_WEIGHTINGS else _curve(opts, signal)
+        w_kw = max(opts.keyword_weight_floor, w_kw)
+        weights = {"vector": 1.0 - w_kw, "bm25": w_kw}
     if opts.fusion == "score":
         return (
             score_fusion(similarity, keyword, weights["vector"], weights["bm25"]),

@@ -52,7 +52,7 @@ logger = logging.getLogger(__name__)
 MODES = ("hybrid", "vector", "bm25")
 TIME_MODES = ("boost", "filter")
 FUSIONS = ("score", "rrf")
-WEIGHTINGS = ("coverage", "idf", "fixed")
+WEIGHTINGS = ("coverage", "idf", "fixed", "agreement", "coverage-agreement")
 
 
 class Searcher:
@@ -233,8 +233,10 @@ class Searcher:
                 f"mode must be one of {MODES}, fusion one of {FUSIONS}, weighting one of "
                 f"{WEIGHTINGS} and time_mode one of {TIME_MODES}"
             )
-        if opts.coverage_depth < 1:
-            raise QueryError("coverage_depth must be 1 or more")
+        if opts.coverage_depth < 1 or opts.agreement_depth < 1:
+            raise QueryError("coverage_depth and agreement_depth must be 1 or more")
+        if not 0.0 <= opts.keyword_weight_floor <= 1.0:
+            raise QueryError("keyword_weight_floor must be between 0 and 1")
         if opts.budget_tokens < 0:
             raise QueryError("budget_tokens must be 0 (no packing) or more")
         limit = opts.limit if limit is None else limit
