@@ -107,6 +107,34 @@ async def test_term_lookups_agree_with_fts5(store: SqliteStore):
         await store.read(compare)
 
 
+async def test_one_keyword_search_agrees_with_fts5(store: SqliteStore):
+    await put(store, "a.md", TEXTS[:5])
+    await put(store, "b.md", TEXTS[5:], kind="memory")
+    await mirrored(store)
+    total = await store.read(lambda r: r.chunk_total())
+    for filters in (NO_FILTERS, Filters(kinds=("memory",))):
+        for query in QUERIES:
+            terms = query_terms(query)
+            expr, quoted = match_expression(terms), [quote_term(t) for t in terms]
+
+            async def compare(r, terms=terms, expr=expr, quoted=quoted, filters=filters) -> None:
+                served = store.keywords.served
+                answer = await r.keyword_search(terms, 4, filters, 2)
+                assert store.keywords.served == served + 1
+                hits = await readers.fts(r.conn, expr, 4, filters)
+                assert answer.hits == hits
+                assert answer.frequencies == await readers.document_frequencies(r.conn, quoted)
+                assert answer.total == total
+                assert answer.matched == [
+                    await readers.matched_terms(r.conn, cid, quoted) for cid, _ in hits[:2]
+                ]
+                ids = list(range(1, total + 2))
+                assert answer.scores is not None
+                assert answer.scores(ids) == await readers.keyword_scores(r.conn, expr, ids)
+
+            await store.read(compare)
+
+
 async def test_filters_phrases_and_other_syntax(store: SqliteStore):
     await put(store, "a.md", TEXTS[:5])
     await put(store, "b.md", TEXTS[5:], kind="memory")
@@ -195,9 +223,11 @@ async def test_tokenising_and_scoring_never_run_on_the_event_loop(
         assert await r.keyword_scores(expr, [1, 2, 3])
         assert await r.document_frequencies(quoted)
         assert await r.matched_terms(2, quoted)
+        assert (await r.keyword_search(terms, 5, NO_FILTERS, 2)).matched
+        assert (await r.keyword_search(terms, 5, Filters(kinds=("memory",)), 2)).matched
 
     await store.read(every_lookup)
-    assert store.keywords.served == served + 5
+    assert store.keywords.served == served + 7
     assert set(threads) == {"tokenise", "scores", "frequency", "contains"}
     loop_thread = threading.get_ident()
     assert all(loop_thread not in seen for seen in threads.values()), threads

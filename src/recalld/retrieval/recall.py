@@ -34,7 +34,7 @@ import numpy.typing as npt
 from recalld.errors import EmbeddingError, RecalldError
 from recalld.retrieval import completion, fusion, gate
 from recalld.retrieval.pipeline import Candidates, Query
-from recalld.storage.contract import Reader, Store
+from recalld.storage.contract import KeywordAnswer, Reader, Store
 from recalld.storage.fts import match_expression, quote_term
 from recalld.types import Tier
 
@@ -83,8 +83,12 @@ class Recalled:
 
 
 async def recall(asked: Query, store: Store, embed: EmbedQuery, doc_freqs: DocFreqs) -> Recalled:
-    """Both routes at once, each the best `pool` chunks (and the terms' document
-    frequencies for the keyword weights), then the keyword route's coverage.
+    """Both routes at once, each the best `pool` chunks, then the keyword route's coverage.
+
+    The keyword route is one `keyword_search` that also brings, where the store has them from
+    the same pass, the terms' document frequencies (else `doc_freqs`), the matched terms for
+    the coverage (else `matched_terms`) and the scores score completion looks up (else
+    `keyword_scores`).
 
     When the query cannot be embedded, a hybrid search answers by keywords alone and
     `degraded` says why (issue 6); a vector-only search raises the `EmbeddingError`.
@@ -96,6 +100,7 @@ async def recall(asked: Query, store: Store, embed: EmbedQuery, doc_freqs: DocFr
     use_vector, use_keyword = asked.uses_vector, asked.uses_keyword
     completing = _completes(asked) and use_vector and use_keyword
     vector_keyword: dict[int, float] | None = {} if completing else None
+    answered: list[KeywordAnswer] = []  # the keyword route's answer, once it has one
 
     async def vector_route() -> list[tuple[int, float]]:
         t0 = time.perf_counter()
@@ -111,33 +116,44 @@ async def recall(asked: Query, store: Store, embed: EmbedQuery, doc_freqs: DocFr
         hits = await store.read(lambda c: c.knn(vector, pool, filters))
         timings["vector_ms"] = (time.perf_counter() - t1) * 1000
         if vector_keyword is not None and hits and expr:
-            # Completion's keyword lookup, overlapping the keyword route (usually the slower).
+            # Completion's keyword scores: from the keyword route's own pass when it has ended
+            # (usually: it is the faster route once its matches are scored in memory), else
+            # looked up while it still runs.
             ids = [cid for cid, _ in hits]
-            vector_keyword.update(await store.read(lambda c: c.keyword_scores(expr, ids)))
+            scores = answered[0].scores if answered else None
+            if scores is not None:
+                vector_keyword.update(scores(ids))
+            else:
+                vector_keyword.update(await store.read(lambda c: c.keyword_scores(expr, ids)))
         return hits
 
-    async def keyword_route() -> list[tuple[int, float]]:
+    async def keyword_route() -> tuple[KeywordAnswer, list[int], int]:
         t0 = time.perf_counter()
-        hits = await store.read(lambda c: c.fts(expr, pool, filters))
+        depth = opts.coverage_depth
+        answer = await store.read(lambda c: c.keyword_search(terms, pool, filters, depth))
         timings["bm25_ms"] = (time.perf_counter() - t0) * 1000
-        return hits
+        answered.append(answer)
+        if answer.frequencies is not None:
+            return answer, answer.frequencies, answer.total
+        return answer, *(await doc_freqs(terms))
 
     try:
         async with asyncio.TaskGroup() as tg:
             vec_task = tg.create_task(vector_route()) if use_vector else None
             kw_task = tg.create_task(keyword_route()) if use_keyword else None
-            df_task = tg.create_task(doc_freqs(terms)) if use_keyword else None
     except* RecalldError as group:
         # Our own errors keep their class (and so their code on the socket).
         raise group.exceptions[0] from None
     vec_hits = vec_task.result() if vec_task else []
-    kw_hits = kw_task.result() if kw_task else []
-    dfs, total = df_task.result() if df_task else ([], 0)
-    coverage = (
-        await _coverage(store, terms, dfs, total, kw_hits[: opts.coverage_depth])
-        if kw_hits
-        else 0.0
-    )
+    answer, dfs, total = kw_task.result() if kw_task else (KeywordAnswer([]), [], 0)
+    kw_hits = answer.hits
+    coverage = 0.0
+    if kw_hits:
+        matched = answer.matched
+        if matched is None:
+            matched = await _matched(store, terms, kw_hits[: opts.coverage_depth])
+        # The IDF-weighted share of the query the best hits contain: the most any one holds.
+        coverage = max(fusion.idf_coverage(dfs, m, total) for m in matched)
     return Recalled(vec_hits, kw_hits, dfs, total, coverage, degraded, timings, vector_keyword)
 
 
@@ -146,19 +162,17 @@ def _completes(asked: Query) -> bool:
     return asked.settings.complete_scores and asked.settings.mode == "hybrid"
 
 
-async def _coverage(
-    store: Store, terms: list[str], dfs: list[int], total: int, kw_hits: list[tuple[int, float]]
-) -> float:
-    """The IDF-weighted share of the query that the keyword hits given contain (0 to 1): the
-    most any one of them holds (`search.coverage_depth` hits; 1, the default, reads the best)."""
+async def _matched(
+    store: Store, terms: list[str], kw_hits: list[tuple[int, float]]
+) -> list[list[bool]]:
+    """Which terms each of the keyword hits given contains (`search.coverage_depth` hits)."""
     expressions = [quote_term(t) for t in terms]
     ids = [cid for cid, _ in kw_hits]
-    matched = await store.read(lambda c: _matched(c, ids, expressions))
-    return max(fusion.idf_coverage(dfs, m, total) for m in matched)
 
+    async def read(reader: Reader) -> list[list[bool]]:
+        return [await reader.matched_terms(cid, expressions) for cid in ids]
 
-async def _matched(reader: Reader, ids: list[int], expressions: list[str]) -> list[list[bool]]:
-    return [await reader.matched_terms(cid, expressions) for cid in ids]
+    return await store.read(read)
 
 
 async def complete(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -31,6 +32,31 @@ T = TypeVar("T")
 
 # Embeds texts with the store's model into unit float32 vectors (repair and import re-embed).
 Embed = Callable[[Sequence[str]], Awaitable[npt.NDArray[np.float32]]]
+
+
+@dataclass(frozen=True, slots=True)
+class KeywordAnswer:
+    """A search's keyword route from one pass over the matches (`Reader.keyword_search`):
+    what a search reads besides the best matches comes from the same pass where the backend
+    can give it for free, and is None where it cannot (the caller then asks the Reader's
+    single-purpose operation named below).
+
+    Attributes:
+        hits: The `k` best matches as `(chunk_id, score)`, best first (as `fts` gives them).
+        frequencies: Each term's document frequency, in the terms' order (None: ask
+            `document_frequencies`).
+        total: The chunk total those frequencies are counted against (0 when they are None).
+        matched: For each of the best `depth` hits, which terms it contains, in the terms'
+            order (None: ask `matched_terms`).
+        scores: The score `keyword_scores` gives any chunk ids, looked up in this pass's
+            scores without another query (None: ask `keyword_scores`).
+    """
+
+    hits: list[tuple[int, float]]
+    frequencies: list[int] | None = None
+    total: int = 0
+    matched: list[list[bool]] | None = None
+    scores: Callable[[Sequence[int]], dict[int, float]] | None = None
 
 
 class Reader(Protocol):
@@ -61,6 +87,15 @@ class Reader(Protocol):
     async def fts(self, expression: str, k: int, filters: Filters) -> list[tuple[int, float]]:
         """The `k` best BM25 matches as `(chunk_id, score)`, best first; score is -bm25 (higher
         is better)."""
+        ...
+
+    async def keyword_search(
+        self, terms: Sequence[str], k: int, filters: Filters, depth: int
+    ) -> KeywordAnswer:
+        """A search's keyword route for the OR of `terms` (escaped query terms): `fts`'s `k`
+        best matches and, where the backend has them from the same pass, each term's document
+        frequency, the terms each of the best `depth` hits contains, and a score lookup for
+        score completion (see `KeywordAnswer`)."""
         ...
 
     async def keyword_scores(self, expression: str, ids: Sequence[int]) -> dict[int, float]:

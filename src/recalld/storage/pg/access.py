@@ -13,6 +13,8 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.storage import contract
+from recalld.storage.contract import KeywordAnswer
+from recalld.storage.fts import match_expression, quote_term
 from recalld.storage.pg import (
     history,
     import_sql,
@@ -51,6 +53,16 @@ class PgReader(contract.Reader):
 
     async def fts(self, expression: str, k: int, filters: Filters) -> list[tuple[int, float]]:
         return await readers.fts(self.conn, expression, k, filters)
+
+    async def keyword_search(
+        self, terms: Sequence[str], k: int, filters: Filters, depth: int
+    ) -> KeywordAnswer:
+        # `fts` and the matched terms; the frequencies (the store's term statistics, for the
+        # searcher's cache) and the score lookup are left to the caller.
+        hits = await readers.fts(self.conn, match_expression(list(terms)), k, filters)
+        quoted = [quote_term(t) for t in terms]
+        matched = [await readers.matched_terms(self.conn, cid, quoted) for cid, _ in hits[:depth]]
+        return KeywordAnswer(hits, matched=matched)
 
     async def keyword_scores(self, expression: str, ids: Sequence[int]) -> dict[int, float]:
         return await readers.keyword_scores(self.conn, expression, ids)

@@ -15,6 +15,8 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.storage import contract
+from recalld.storage.contract import KeywordAnswer
+from recalld.storage.fts import match_expression, quote_term
 from recalld.storage.records import Link, MemoryEdit, NewChunk, NewDocument, ReindexState
 from recalld.storage.sqlite import history, import_sql, keywords, projects, readers, reindex, writer
 from recalld.storage.sqlite import links as stored_links
@@ -65,11 +67,33 @@ class SqliteReader(contract.Reader):
         found = await keywords.lookup(index, [expression], keywords.matches)
         if found is None:
             return await readers.fts(conn, expression, k, filters)
-        ids, scores = found
-        if not len(ids):
+        if not len(found.ids):
             return []
-        allowed = await stored_links.matching(conn, ids.tolist(), filters)
-        return await asyncio.to_thread(keywords.best_allowed, ids, scores, allowed, k)
+        allowed = await stored_links.matching(conn, found.ids.tolist(), filters)
+        return await asyncio.to_thread(keywords.best_allowed, found.ids, found.scores, allowed, k)
+
+    async def keyword_search(
+        self, terms: Sequence[str], k: int, filters: Filters, depth: int
+    ) -> KeywordAnswer:
+        # From the mirror: one pass in one worker thread (two more steps with filters).
+        # FTS5: `fts` and the matched terms on this connection; the frequencies and the score
+        # lookup are left to the caller (the searcher caches the frequencies).
+        expression = match_expression(list(terms))
+        index = self.keyword_index
+        if filters.is_empty():
+            answer = await keywords.lookup(index, [expression], keywords.search(k, depth))
+            if answer is not None:
+                return answer
+        else:
+            found = await keywords.lookup(index, [expression], keywords.matches)
+            if found is not None:
+                ids = found.ids.tolist()
+                allowed = await stored_links.matching(self.conn, ids, filters) if ids else set()
+                return await asyncio.to_thread(found.filtered, allowed, k, depth)
+        hits = await readers.fts(self.conn, expression, k, filters)
+        quoted = [quote_term(t) for t in terms]
+        matched = [await readers.matched_terms(self.conn, cid, quoted) for cid, _ in hits[:depth]]
+        return KeywordAnswer(hits, matched=matched)
 
     async def keyword_scores(self, expression: str, ids: Sequence[int]) -> dict[int, float]:
         found = None

@@ -46,6 +46,7 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from recalld.storage.contract import KeywordAnswer
 from recalld.storage.sqlite.connection import DatabaseError, sqlite
 from recalld.storage.sqlite.schema import FTS_TOKENIZE
 
@@ -215,11 +216,62 @@ def best(k: int) -> Answer[list[tuple[int, float]]]:
     return lambda snapshot, tokens: ranked(*snapshot.scores(tokens[0]), k)
 
 
-def matches(
-    snapshot: Snapshot, tokens: list[list[str]]
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+@dataclass(frozen=True, slots=True)
+class Matches:
+    """Every row matching an OR of one-token terms, scored in one pass (`Snapshot.scores`),
+    and what a search reads besides its best rows, from the same snapshot and scores.
+
+    Attributes:
+        snapshot: The snapshot scored.
+        tokens: The terms' tokens, one a term, in the terms' order.
+        ids: The matching chunk ids, ascending.
+        scores: Their scores (-bm25).
+    """
+
+    snapshot: Snapshot
+    tokens: list[str]
+    ids: npt.NDArray[np.int64]
+    scores: npt.NDArray[np.float64]
+
+    def frequencies(self) -> list[int]:
+        """Each term's document frequency (rows holding its token)."""
+        return [len(self.snapshot.postings(t)[0]) for t in self.tokens]
+
+    def matched(self, chunk_id: int) -> list[bool]:
+        """Which terms row `chunk_id` holds."""
+        return [self.snapshot.contains(t, chunk_id) for t in self.tokens]
+
+    def scores_of(self, ids: Sequence[int]) -> dict[int, float]:
+        """The scores of those of `ids` that match (as `scores_of` computes them)."""
+        return _scores_of(self.ids, self.scores, ids)
+
+    def answer(self, hits: list[tuple[int, float]], depth: int) -> KeywordAnswer:
+        """The keyword route's answer whose best rows are `hits` (`depth`: how many of them
+        report their matched terms)."""
+        matched = [self.matched(cid) for cid, _ in hits[:depth]]
+        total = self.snapshot.total_rows
+        return KeywordAnswer(hits, self.frequencies(), total, matched, self.scores_of)
+
+    def filtered(self, allowed: set[int], k: int, depth: int) -> KeywordAnswer:
+        """`answer` whose best rows are the `k` best that a filter allows."""
+        hits = best_allowed(self.ids, self.scores, allowed, k) if allowed else []
+        return self.answer(hits, depth)
+
+
+def matches(snapshot: Snapshot, tokens: list[list[str]]) -> Matches:
     """Every row matching an OR of the tokens, and its score (see `Snapshot.scores`)."""
-    return snapshot.scores(tokens[0])
+    return Matches(snapshot, tokens[0], *snapshot.scores(tokens[0]))
+
+
+def search(k: int, depth: int) -> Answer[KeywordAnswer]:
+    """The keyword route's answer without filters: the `k` best rows, as `best(k)` ranks them,
+    with everything else a search reads from the same pass."""
+
+    def answer(snapshot: Snapshot, tokens: list[list[str]]) -> KeywordAnswer:
+        found = matches(snapshot, tokens)
+        return found.answer(ranked(found.ids, found.scores, k), depth)
+
+    return answer
 
 
 def best_allowed(
@@ -232,15 +284,17 @@ def best_allowed(
 
 def scores_of(ids: Sequence[int]) -> Answer[dict[int, float]]:
     """The scores of those of `ids` that match, by ascending id (FTS5's order)."""
+    return lambda snapshot, tokens: _scores_of(*snapshot.scores(tokens[0]), ids)
 
-    def answer(snapshot: Snapshot, tokens: list[list[str]]) -> dict[int, float]:
-        found, scores = snapshot.scores(tokens[0])
-        wanted = np.unique(np.asarray(ids, dtype=np.int64))
-        at = np.minimum(np.searchsorted(found, wanted), max(len(found) - 1, 0))
-        hit = found[at] == wanted if len(found) else np.zeros(len(wanted), dtype=bool)
-        return {int(i): float(s) for i, s in zip(wanted[hit], scores[at[hit]], strict=True)}
 
-    return answer
+def _scores_of(
+    found: npt.NDArray[np.int64], scores: npt.NDArray[np.float64], ids: Sequence[int]
+) -> dict[int, float]:
+    """The scores of those of `ids` among the matching rows `found` (ascending)."""
+    wanted = np.unique(np.asarray(ids, dtype=np.int64))
+    at = np.minimum(np.searchsorted(found, wanted), max(len(found) - 1, 0))
+    hit = found[at] == wanted if len(found) else np.zeros(len(wanted), dtype=bool)
+    return {int(i): float(s) for i, s in zip(wanted[hit], scores[at[hit]], strict=True)}
 
 
 def frequencies(snapshot: Snapshot, per_expression: list[list[str]]) -> list[int]:
