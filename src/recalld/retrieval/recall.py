@@ -16,10 +16,10 @@ vector route's hits (completion), looked up without another query. Each of those
 read before, a thread hop competing with the embedding for the two cores (the frequencies
 took ~4.8 ms of wall for 0.02 ms of work, issue 20): on the full SciFact store a search took
 0.78x the time (p50 18.1 vs 23.4 ms over 300 queries through `AsyncMemory.search`, the two
-versions in alternating blocks of one run, the same ranked ids; load average 7-10). Where a store cannot give
-one of them from its pass (FTS5 before the mirror is built, PostgreSQL) the answer says so
-and recall asks as before: the searcher's cached frequencies, `matched_terms`,
-`keyword_scores`.
+versions in alternating blocks of one run, the same ranked ids; load average 7-10). Where a
+store cannot give one of them from its pass (FTS5 before the mirror is built, PostgreSQL)
+the answer says so and recall asks as before: the searcher's cached frequencies,
+`matched_terms`, `keyword_scores`.
 
 The query embedding runs beside the routes, not before them, and ONNX Runtime keeps one
 intra-op thread a core for it (issue 20, no contention inside a search): on the full SciFact
