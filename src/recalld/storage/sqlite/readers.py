@@ -27,9 +27,10 @@ from recalld.types import Chunk, Document, Filters
 
 
 async def fetchall(conn: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-    """Run a query and return every row."""
-    async with conn.execute(sql, params) as cursor:
-        return list(await cursor.fetchall())
+    """Run a query and return every row, in one trip to the connection's thread (a cursor
+    opened, fetched and closed from here takes three, each ~0.1 ms on an idle machine and
+    up to milliseconds on a busy one)."""
+    return list(await conn.execute_fetchall(sql, params))
 
 
 def filter_sql(filters: Filters) -> tuple[str, list[Any]]:
