@@ -1,7 +1,8 @@
 """The connection handle a PostgreSQL store gives to `readers` / `writer`, and the vector type.
 
-`PgConn` wraps one pooled psycopg connection inside the transaction `Store.read` / `Store.write`
-opened (`storage.pg.access.PgReader` runs the contract's operations on it). It carries who is
+`PgConn` wraps one pooled psycopg connection: inside the transaction `Store.write` opened, or
+for `Store.read`, where each query is its own read-only transaction (`readers.read_settings`;
+`storage.pg.access.PgReader` runs the contract's operations on it). It carries who is
 writing (the database role's scope, the OS user and the host), which the writer records on every
 document. `execute` / `fetchall` accept SQLite's `?` placeholders too, so ad-hoc SQL written
 for either backend (tests, `Reader.fetchall`) runs on both.
@@ -10,7 +11,7 @@ for either backend (tests, `Reader.fetchall`) runs on both.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -54,62 +55,77 @@ class PgConn:
         dimension: int,
         term_stats: TermStats | None = None,
         *,
-        begin: Sequence[bytes] = (),
+        read: bytes | None = None,
     ):
         self.conn = conn
         self.writer = writer
         self.dimension = dimension
         # The store's cache of keyword document frequencies (reads only; None: count afresh).
         self.term_stats = term_stats
-        # Statements that open the transaction, still to send (a read's: `readers.begin_read`).
-        self._begin = tuple(begin)
-        # Whether the transaction began with the HNSW scan settings (`readers.begin_read`).
-        self.hnsw_set = bool(begin)
+        # A read's settings statement (`readers.read_settings`), sent with each of its queries;
+        # None in a write, which runs in the transaction `Store.write` opened.
+        self._read = read
+        # Whether each query runs with the HNSW scan settings (`readers.read_settings`).
+        self.hnsw_set = read is not None
 
     async def _execute(
-        self, cursor: psycopg.AsyncCursor[Any], sql: str, params: Sequence[Any] | None
+        self,
+        cursor: psycopg.AsyncCursor[Any],
+        sql: str,
+        params: Sequence[Any] | None,
+        settings: Mapping[str, str] | None,
     ) -> None:
-        """`cursor.execute`, preceded the first time by the statements that open the
-        transaction, all in one round trip (psycopg's pipeline mode)."""
-        if not self._begin:
+        """`cursor.execute`, preceded in a read by its settings statement and in either by
+        `settings` (transaction-local, `set_config`), all in one round trip (psycopg's
+        pipeline mode: in a read they share one implicit transaction with the query)."""
+        if self._read is None and not settings:
             await cursor.execute(sql, params)
             return
-        begin, self._begin = self._begin, ()
         async with self.conn.pipeline():
-            for statement in begin:
-                await self.conn.execute(statement)
+            if self._read is not None:
+                await self.conn.execute(self._read)
+            if settings:
+                calls = ", ".join(["set_config(%s, %s, true)"] * len(settings))
+                await self.conn.execute(
+                    f"SELECT {calls}", [v for item in settings.items() for v in item]
+                )
             await cursor.execute(sql, params)
 
-    async def _opened(self) -> None:
-        """Send the opening statements, if still unsent (before COPY and `executemany`)."""
-        begin, self._begin = self._begin, ()
-        for statement in begin:
-            await self.conn.execute(statement)
+    def _writing(self, what: str) -> None:
+        if self._read is not None:
+            raise psycopg.ProgrammingError(f"{what} is for writes; this connection reads")
 
-    async def fetch(self, sql: str, params: Sequence[Any] | None = None) -> list[Any]:
-        """Run a `%s`-style query and return every row as a tuple."""
+    async def fetch(
+        self,
+        sql: str,
+        params: Sequence[Any] | None = None,
+        *,
+        settings: Mapping[str, str] | None = None,
+    ) -> list[Any]:
+        """Run a `%s`-style query and return every row as a tuple (`settings`: server
+        settings for this query only)."""
         async with self.conn.cursor() as cursor:
-            await self._execute(cursor, sql, params)
+            await self._execute(cursor, sql, params, settings)
             return list(await cursor.fetchall()) if cursor.description else []
 
     async def fetch_binary(self, sql: str, params: Sequence[Any] | None = None) -> list[Any]:
         """`fetch` with results in binary: `halfvec` columns arrive as float32 numpy vectors
         (`VectorLoader`) instead of text to parse."""
         async with self.conn.cursor(binary=True) as cursor:
-            await self._execute(cursor, sql, params)
+            await self._execute(cursor, sql, params, None)
             return list(await cursor.fetchall())
 
     async def run(self, sql: str, params: Sequence[Any] | None = None) -> int:
         """Run a `%s`-style statement; returns the affected row count."""
         async with self.conn.cursor() as cursor:
-            await self._execute(cursor, sql, params)
+            await self._execute(cursor, sql, params, None)
             return cursor.rowcount
 
     async def run_many(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
         """Run a `%s`-style statement once per row (psycopg pipelines them)."""
         rows = list(rows)
         if rows:
-            await self._opened()
+            self._writing("run_many")
             async with self.conn.cursor() as cursor:
                 await cursor.executemany(sql, rows)
 
@@ -132,7 +148,7 @@ class PgConn:
             names, marks = ", ".join(columns), ", ".join(["%s"] * len(columns))
             await self.run_many(f"INSERT INTO {table} ({names}) VALUES ({marks})", rows)
             return
-        await self._opened()
+        self._writing("copy_rows")
         sql = f"COPY {table} ({', '.join(columns)}) FROM STDIN"
         async with self.conn.cursor() as cursor:
             async with cursor.copy(sql + (" (FORMAT BINARY)" if binary_types else "")) as copy:

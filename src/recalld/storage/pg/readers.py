@@ -36,18 +36,19 @@ _EF_SEARCH_MIN = 100
 _ITERATIVE_SCAN = "strict_order"
 
 
-def begin_read(timeout_ms: int) -> tuple[bytes, ...]:
-    """The statements that open a read: a read-only transaction with the query time limit and
-    the HNSW scan settings `knn` wants for up to `_EF_SEARCH_MIN` rows (`PgConn` sends them in
-    one round trip with the read's first query). The settings end with the transaction."""
+def read_settings(timeout_ms: int) -> bytes:
+    """The statement that opens each of a read's queries: read only, the query time limit and
+    the HNSW scan settings `knn` wants for up to `_EF_SEARCH_MIN` rows. `PgConn` sends it with
+    the query in one round trip (psycopg's pipeline), where both share one implicit
+    transaction, so the settings hold for that query and end with it and no COMMIT is sent.
+    A read's queries see a fresh snapshot each, as they did in its READ COMMITTED transaction.
+    """
     return (
-        b"BEGIN READ ONLY",
-        (
-            f"SELECT set_config('statement_timeout', '{int(timeout_ms)}', true), "
-            f"set_config('hnsw.ef_search', '{_EF_SEARCH_MIN}', true), "
-            f"set_config('hnsw.iterative_scan', '{_ITERATIVE_SCAN}', true)"
-        ).encode(),
-    )
+        f"SELECT set_config('transaction_read_only', 'on', true), "
+        f"set_config('statement_timeout', '{int(timeout_ms)}', true), "
+        f"set_config('hnsw.ef_search', '{_EF_SEARCH_MIN}', true), "
+        f"set_config('hnsw.iterative_scan', '{_ITERATIVE_SCAN}', true)"
+    ).encode()
 
 
 def terms_of(expression: str) -> list[str]:
@@ -103,17 +104,16 @@ async def knn(
     query = np.ascontiguousarray(vector, dtype=np.float32)
     simple = Filters(kinds=filters.kinds, granularities=filters.granularities)
     if filters == simple:
+        settings = None
         if not conn.hnsw_set or k > _EF_SEARCH_MIN:
-            await conn.run(
-                "SELECT set_config('hnsw.ef_search', %s, true), "
-                "set_config('hnsw.iterative_scan', %s, true)",
-                (str(min(1000, max(_EF_SEARCH_MIN, k))), _ITERATIVE_SCAN),
-            )
+            ef_search = str(min(1000, max(_EF_SEARCH_MIN, k)))
+            settings = {"hnsw.ef_search": ef_search, "hnsw.iterative_scan": _ITERATIVE_SCAN}
         where, params = filter_sql(filters)
         rows = await conn.fetch(
             "SELECT v.chunk_id, v.embedding <=> %s AS distance FROM chunks_vec v "
             f"WHERE {where.replace('c.', 'v.')} ORDER BY v.embedding <=> %s LIMIT %s",
             [query, *params, query, k],
+            settings=settings,
         )
         return [(int(r[0]), float(r[1])) for r in rows]
     return await exact_knn(conn, vector, k, filters)

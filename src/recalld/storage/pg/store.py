@@ -1,7 +1,9 @@
 """The store on PostgreSQL: the same `read(fn)` / `write(fn)` interface as the SQLite store.
 
-A psycopg 3 async pool serves both: `read` borrows a connection and runs `fn` in a read-only
-transaction with the query time limit (`statement_timeout`); `write` runs `fn` in one
+A psycopg 3 async pool serves both: `read` borrows a connection and runs each of `fn`'s
+queries read-only under the query time limit (`statement_timeout`), each in its own implicit
+transaction sent with its settings in one round trip; as in a READ COMMITTED transaction (what
+reads were before), each query sees the commits made before it. `write` runs `fn` in one
 read-write transaction. Writes of one store are serialised by a lock, as on SQLite, so one
 daemon's writes commit in order; writes of several daemons to the same database are made safe
 by the schema (unique keys) and the writer's per-source advisory locks.
@@ -160,7 +162,7 @@ class PgStore(ModelSwitch):
         self._pool = pool
         self._write_lock = asyncio.Lock()
         self._timeout_ms = query_timeout_ms
-        self._begin_read = readers.begin_read(query_timeout_ms)
+        self._read_settings = readers.read_settings(query_timeout_ms)
         self._commits = 0
         self._bulk = False
         self._term_stats = TermStats(lambda: self.generation)
@@ -236,27 +238,21 @@ class PgStore(ModelSwitch):
 
     @contextlib.asynccontextmanager
     async def reading(self) -> AsyncIterator[contract.Reader]:
-        """Borrow a reader in a read-only transaction, with the query time limit armed."""
+        """Borrow a reader whose queries run read-only, with the query time limit armed."""
         async with self.reading_pg() as conn:
             yield PgReader(conn)
 
     @contextlib.asynccontextmanager
     async def reading_pg(self) -> AsyncIterator[PgConn]:
-        """Borrow a connection in a read-only transaction, with the query time limit armed."""
+        """Borrow a connection whose queries each run read-only under the query time limit."""
         async with self._pool.connection() as conn:
             try:
-                # The transaction opens with the first query, in its round trip (a search
-                # makes several reads), and ends with COMMIT, or ROLLBACK when `fn` raised;
-                # a read that sent no query never opened one, and both are then no-ops.
-                handle = PgConn(
-                    conn, self.identity, self.dimension, self._term_stats, begin=self._begin_read
+                # Each query carries its settings and runs in its own implicit transaction
+                # (`readers.read_settings`): one round trip a query, no BEGIN or COMMIT (a
+                # search makes several reads, each usually of one query).
+                yield PgConn(
+                    conn, self.identity, self.dimension, self._term_stats, read=self._read_settings
                 )
-                try:
-                    yield handle
-                except BaseException:
-                    await conn.rollback()
-                    raise
-                await conn.commit()
             except psycopg.errors.QueryCanceled as exc:
                 raise QueryError(
                     f"query took longer than {self._timeout_ms / 1000:g} s and was stopped; "
@@ -264,7 +260,7 @@ class PgStore(ModelSwitch):
                 ) from exc
 
     async def read(self, fn: Callable[[contract.Reader], Awaitable[T]]) -> T:
-        """Run `fn(reader)` in a read-only transaction."""
+        """Run `fn(reader)`, its queries read-only (see the module docstring)."""
         async with self.reading() as reader:
             return await fn(reader)
 
