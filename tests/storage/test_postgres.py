@@ -342,6 +342,17 @@ async def test_reads_run_read_only_under_the_query_time_limit(pg_url: str):
         assert settings == [("on", "5s")]
         with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
             await store.read(lambda r: r.fetchall("DELETE FROM chunks"))
+        # Each query of a read is its own transaction and carries the settings itself.
+        async with store.reading() as reader:
+            for _ in range(2):
+                rows = await reader.fetchall(
+                    "SELECT current_setting('transaction_read_only'), "
+                    "current_setting('statement_timeout'), current_setting('hnsw.ef_search')"
+                )
+                assert rows == [("on", "5s", "100")]
+            with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+                await reader.fetchall("DELETE FROM chunks")
+            assert await reader.fetchall("SELECT count(*) FROM chunks") == [(0,)]
     finally:
         await store.close()
 
