@@ -126,6 +126,22 @@ async def test_tight_cascade_keeps_recall(filled):
     assert np.mean(recall) >= 0.95
 
 
+def test_hamming_counts_its_distances_half_by_half():
+    rng = np.random.default_rng(4)
+    n, words = 150_000, vectors.code_bytes(DIM) // 16  # more than two blocks a half
+    codes = rng.integers(0, 2**63, (2 * words, n), dtype=np.uint64)
+    qcode = rng.integers(0, 2**63, words, dtype=np.uint64)
+    dist = np.empty(n, dtype=np.uint16)
+    bins = words * 64 + 2
+    halves = [
+        vectors._hamming(codes, qcode, words, dist, lo, hi, bins)
+        for lo, hi in ((0, n // 2), (n // 2, n))
+    ]
+    bits = np.unpackbits((codes[:words] ^ qcode[:, None]).T.copy().view(np.uint8), axis=1)
+    assert np.array_equal(dist, bits.sum(axis=1))
+    assert np.array_equal(halves[0] + halves[1], np.bincount(dist, minlength=bins))
+
+
 def test_quantize_keeps_each_vector_within_half_a_step():
     data = clustered(200, seed=5)
     data[3] = 0.0
