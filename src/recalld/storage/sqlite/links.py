@@ -25,8 +25,7 @@ from recalld.types import Filters
 
 
 async def _fetchall(conn: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-    async with conn.execute(sql, params) as cursor:
-        return list(await cursor.fetchall())
+    return list(await conn.execute_fetchall(sql, params))
 
 
 async def add(conn: aiosqlite.Connection, links: Sequence[Link], origin: str = "user") -> int:
@@ -136,31 +135,32 @@ async def status_targets(conn: aiosqlite.Connection, chunk_ids: Sequence[int]) -
     return [int(r[0]) for r in rows]
 
 
-async def rebuild_structure(conn: aiosqlite.Connection, document_id: int) -> None:
-    """Re-make a document's auto `parent` and `temporal` links from its chunks.
+async def rebuild_structure(
+    conn: aiosqlite.Connection, document_id: int, *, fresh: bool = False
+) -> None:
+    """Re-make a document's auto `parent` and `temporal` links from its chunks (`fresh`: the
+    document had no chunks before this transaction, so it has no links to remove).
 
     `parent`: each chunk to its parent (fact -> round -> session). `temporal`: each round to
     the next round of the same conversation, in document order.
     """
     now = time.time()
-    await conn.execute(
-        "DELETE FROM links WHERE origin = 'auto' AND relation IN ('parent', 'temporal') "
-        "AND src IN (SELECT id FROM chunks WHERE document_id = ?)",
-        (document_id,),
-    )
+    if not fresh:
+        await conn.execute(
+            "DELETE FROM links WHERE origin = 'auto' AND relation IN ('parent', 'temporal') "
+            "AND src IN (SELECT id FROM chunks WHERE document_id = ?)",
+            (document_id,),
+        )
+    # Both kinds in one statement (one thread hop), parents first as when they were two.
     await conn.execute(
         "INSERT OR IGNORE INTO links (src, dst, relation, weight, created_at, origin) "
         "SELECT id, parent_id, 'parent', 1.0, ?, 'auto' FROM chunks "
-        "WHERE document_id = ? AND parent_id IS NOT NULL",
-        (now, document_id),
-    )
-    await conn.execute(
-        "INSERT OR IGNORE INTO links (src, dst, relation, weight, created_at, origin) "
-        "SELECT id, nxt, 'temporal', 1.0, ?, 'auto' FROM ("
+        "WHERE document_id = ? AND parent_id IS NOT NULL "
+        "UNION ALL SELECT id, nxt, 'temporal', 1.0, ?, 'auto' FROM ("
         "  SELECT id, LEAD(id) OVER (PARTITION BY json_extract(meta, '$.conversation_id') "
         "  ORDER BY position) AS nxt FROM chunks WHERE document_id = ? AND granularity = 'round'"
         ") WHERE nxt IS NOT NULL",
-        (now, document_id),
+        (now, document_id, now, document_id),
     )
 
 

@@ -27,8 +27,8 @@ from recalld.storage.sqlite.vectors import VectorIndex
 
 
 async def _fetchall(conn: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
-    async with conn.execute(sql, params) as cursor:
-        return list(await cursor.fetchall())
+    # One hop to the connection's thread (execute, fetch and close there), not three.
+    return list(await conn.execute_fetchall(sql, params))
 
 
 async def replace_document(
@@ -66,15 +66,20 @@ async def replace_document(
     }
     kept, inserts, stale = chunk_rows(doc_id, doc, chunks, existing, now)
     await delete_chunks(conn, index, stale)
-    # Statements go out batched, a few per document rather than one per chunk: each call
-    # through aiosqlite is a thread hop, and bulk ingest was spending most of its time there.
-    await conn.executemany("UPDATE chunks SET position = ?, parent_id = NULL WHERE id = ?", kept)
-    await conn.executemany(
-        "INSERT INTO chunks (document_id, position, kind, granularity, key, text, "
-        "content_hash, token_count, tags, memory_type, importance, event_time, "
-        "created_at, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        inserts,
-    )
+    # Statements go out batched, a few per document rather than one per chunk, and none with
+    # nothing to do: each call through aiosqlite is a thread hop, and bulk ingest was spending
+    # most of its time there.
+    if kept:
+        await conn.executemany(
+            "UPDATE chunks SET position = ?, parent_id = NULL WHERE id = ?", kept
+        )
+    if inserts:
+        await conn.executemany(
+            "INSERT INTO chunks (document_id, position, kind, granularity, key, text, "
+            "content_hash, token_count, tags, memory_type, importance, event_time, "
+            "created_at, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            inserts,
+        )
     # Keys are unique within a document, so they map the new rows back to their ids.
     ids_by_key = {
         str(row[0]): int(row[1])
@@ -84,10 +89,11 @@ async def replace_document(
     }
     embedded, parents, found = chunk_links(chunks, ids_by_key)
     await insert_vectors(conn, index, embedded)
-    await conn.executemany("UPDATE chunks SET parent_id = ? WHERE id = ?", parents)
+    if parents:
+        await conn.executemany("UPDATE chunks SET parent_id = ? WHERE id = ?", parents)
     # Links in the same transaction, so a search never sees a document without them (issue 8).
     if structure_links:
-        await links.rebuild_structure(conn, doc_id)
+        await links.rebuild_structure(conn, doc_id, fresh=not existing)
     await links.add(conn, found, origin="auto")
     await conn.execute(
         "UPDATE documents SET state = 'complete', chunk_count = ?, updated_at = ? WHERE id = ?",
