@@ -58,6 +58,7 @@ async def complete(
     similarity: Mapping[int, float],
     keyword: Mapping[int, float],
     looked_up: Mapping[int, float] | None = None,
+    stored: Mapping[int, npt.NDArray[np.float32]] | None = None,
 ) -> Completed:
     """Fill in each route's score for the candidates only the other route returned.
 
@@ -70,13 +71,19 @@ async def complete(
         keyword: The keyword route's candidates and scores.
         looked_up: `keyword_scores` of the vector route's candidates, when recall already
             looked them up (None: look them up here).
+        stored: The stored vectors of (at least) the keyword route's candidates, when recall
+            already read them (None: read them here).
     """
     sim, kw = dict(similarity), dict(keyword)
     filled: dict[str, set[int]] = {"vector": set(), "bm25": set()}
     need_vector = [c for c in keyword if c not in similarity] if query_vector is not None else []
     need_keyword = [c for c in similarity if c not in keyword]
     if need_vector:
-        vectors = await store.read(lambda c: c.vectors_by_id(need_vector, store.dimension))
+        vectors = (
+            {c: stored[c] for c in need_vector if c in stored}
+            if stored is not None
+            else await store.read(lambda c: c.vectors_by_id(need_vector, store.dimension))
+        )
         assert query_vector is not None
         found = cosines(query_vector, vectors)
         sim.update(found)

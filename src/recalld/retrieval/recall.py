@@ -71,6 +71,8 @@ class Recalled:
         vector_keyword: The keyword score of each vector hit that matches the query (score
             completion's lookup, made while the keyword route still runs); None when score
             completion is off.
+        keyword_vectors: The stored vectors of the keyword hits (score completion's lookup,
+            made while the query is embedded); None when score completion is off.
     """
 
     vec_hits: list[tuple[int, float]]
@@ -81,6 +83,7 @@ class Recalled:
     degraded: list[str]
     timings: dict[str, float]
     vector_keyword: dict[int, float] | None = None
+    keyword_vectors: dict[int, npt.NDArray[np.float32]] | None = None
     similarity: dict[int, float] = field(init=False)
     bm25: dict[int, float] = field(init=False)
 
@@ -111,6 +114,7 @@ async def recall(asked: Query, store: Store, embed: EmbedQuery, doc_freqs: DocFr
     use_vector, use_keyword = asked.uses_vector, asked.uses_keyword
     completing = _completes(asked) and use_vector and use_keyword
     vector_keyword: dict[int, float] | None = {} if completing else None
+    keyword_vectors: dict[int, npt.NDArray[np.float32]] | None = {} if completing else None
     answered: list[KeywordAnswer] = []  # the keyword route's answer, once it has one
 
     async def vector_route() -> list[tuple[int, float]]:
@@ -144,6 +148,13 @@ async def recall(asked: Query, store: Store, embed: EmbedQuery, doc_freqs: DocFr
         answer = await store.read(lambda c: c.keyword_search(terms, pool, filters, depth))
         timings["bm25_ms"] = (time.perf_counter() - t0) * 1000
         answered.append(answer)
+        if keyword_vectors is not None and answer.hits:
+            # Completion's vectors of the keyword-only hits, read while the query is embedded
+            # (the vector route's hits are not known yet: all the keyword hits' are read).
+            ids = [cid for cid, _ in answer.hits]
+            keyword_vectors.update(
+                await store.read(lambda c: c.vectors_by_id(ids, store.dimension))
+            )
         if answer.frequencies is not None:
             return answer, answer.frequencies, answer.total
         return answer, *(await doc_freqs(terms))
@@ -165,7 +176,9 @@ async def recall(asked: Query, store: Store, embed: EmbedQuery, doc_freqs: DocFr
             matched = await _matched(store, terms, kw_hits[: opts.coverage_depth])
         # The IDF-weighted share of the query the best hits contain: the most any one holds.
         coverage = max(fusion.idf_coverage(dfs, m, total) for m in matched)
-    return Recalled(vec_hits, kw_hits, dfs, total, coverage, degraded, timings, vector_keyword)
+    return Recalled(
+        vec_hits, kw_hits, dfs, total, coverage, degraded, timings, vector_keyword, keyword_vectors
+    )
 
 
 def _completes(asked: Query) -> bool:
@@ -203,6 +216,7 @@ async def complete(
         recalled.similarity,
         recalled.bm25,
         recalled.vector_keyword,
+        recalled.keyword_vectors,
     )
 
 
