@@ -12,7 +12,7 @@ from recalld.errors import QueryError
 from recalld.storage import records
 from recalld.storage.contract import Store
 from recalld.storage.registry import open_store
-from recalld.storage.sqlite import schema, vectors
+from recalld.storage.sqlite import schema, segmented, vectors
 from recalld.storage.sqlite.connection import connect
 from recalld.types import NO_FILTERS, ChunkDraft, Filters
 
@@ -314,6 +314,26 @@ async def test_index_follows_replace_delete_and_move(filled, route):
     [(top, _)] = await knn(store, data[250], 1)
     chunk = (await store.read(lambda c: c.chunks_by_id([top])))[top]
     assert chunk.source == "moved/doc2.md"
+
+
+async def test_a_growing_index_stays_exact_across_segments(filled, monkeypatch):
+    monkeypatch.setattr(segmented, "SEGMENT_ROWS", 256)
+    store, data = filled
+    store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
+    await knn(store, data[0])  # loads the mirror: 3,000 rows in 12 segments
+    await store.vectors.wait_filled()
+    first = store.vectors._arrays
+    assert first is not None and len(first.int8.segments) > 10
+    more = clustered(1500, seed=11)
+    for d in range(15):  # past the load's headroom (1.25x): the index grows
+        await put(store, f"more{d}.md", more[d * 100 : (d + 1) * 100])
+    grown = store.vectors._arrays
+    assert grown is not first and grown.int8.segments[0] is first.int8.segments[0]
+    rng = np.random.default_rng(12)
+    for i in rng.integers(0, len(more), 10):
+        q = more[i] if i % 2 else data[i]
+        got, want = await knn(store, q), await exact(store, q)
+        assert [c for c, _ in got] == [c for c, _ in want]
 
 
 @pytest.mark.parametrize("route", ["cascade", "memory"])

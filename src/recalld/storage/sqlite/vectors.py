@@ -56,6 +56,8 @@ import numpy as np
 import numpy.typing as npt
 from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
+from recalld.storage.sqlite.segmented import SegmentedRows
+
 logger = logging.getLogger(__name__)
 
 FloatArray = npt.NDArray[np.float32]
@@ -159,10 +161,18 @@ class _Arrays:
 
     __slots__ = ("alive", "codes", "floats", "grans", "ids", "int8", "kinds", "scales", "size")
 
-    def __init__(self, words: int, capacity: int, dimension: int, floats: bool) -> None:
+    def __init__(
+        self,
+        words: int,
+        capacity: int,
+        dimension: int,
+        floats: bool,
+        int8: SegmentedRows | None = None,
+    ) -> None:
         self.codes = np.zeros((words, capacity), dtype=np.uint64)  # column-major: fast popcount
-        # Row-major int8 copies for the cascade's last in-memory stage.
-        self.int8 = np.zeros((capacity, dimension), dtype=np.int8)
+        # Row-major int8 copies for the cascade's last in-memory stage, in segments that a
+        # grown generation shares (storage/sqlite/segmented.py).
+        self.int8 = int8 if int8 is not None else SegmentedRows(capacity, dimension)
         self.scales = np.zeros(capacity, dtype=np.float32)
         self.ids = np.zeros(capacity, dtype=np.int64)
         self.kinds = np.zeros(capacity, dtype=np.uint8)
@@ -180,17 +190,15 @@ class _Arrays:
 
     def grown(self, needed: int) -> _Arrays:
         """A copy with room for `needed` more rows."""
-        new = _Arrays(
-            self.codes.shape[0],
-            max(1024, 2 * self.capacity, self.size + needed),
-            self.int8.shape[1],
-            self.floats is not None,
-        )
+        capacity = max(1024, 2 * self.capacity, self.size + needed)
+        # The int8 rows are not copied: the full segments are shared.
+        int8 = self.int8.grown(capacity)
+        new = _Arrays(self.codes.shape[0], capacity, int8.width, self.floats is not None, int8)
         n = self.size
         new.codes[:, :n] = self.codes[:, :n]
         if new.floats is not None and self.floats is not None:
             new.floats[:n] = self.floats[:n]
-        for name in ("ids", "kinds", "grans", "alive", "int8", "scales"):
+        for name in ("ids", "kinds", "grans", "alive", "scales"):
             getattr(new, name)[:n] = getattr(self, name)[:n]
         new.size = n
         return new
@@ -263,12 +271,11 @@ class VectorIndex:
             a.kinds,
             a.grans,
             a.alive,
-            a.int8,
             a.scales,
         ]
         if a.floats is not None:
             arrays.append(a.floats)
-        return sum(int(x.nbytes) for x in arrays)
+        return sum(int(x.nbytes) for x in arrays) + a.int8.nbytes
 
     @property
     def exact(self) -> bool:
@@ -419,7 +426,8 @@ class VectorIndex:
             a = self._arrays = a.grown(count)
         start, end = a.size, a.size + count
         a.codes[:, start:end] = np.ascontiguousarray(codes).view(np.uint64).T
-        a.int8[start:end], a.scales[start:end] = quantize(floats, self.dimension)
+        copies, a.scales[start:end] = quantize(floats, self.dimension)
+        a.int8.put_range(start, copies)
         if a.floats is not None:
             a.floats[start:end] = floats[:, : self.dimension]
         a.ids[start:end] = chunk_ids
@@ -438,7 +446,8 @@ class VectorIndex:
         )
         n = len(keep)
         new.codes[:, :n] = old.codes[:, keep]
-        new.int8[:n] = old.int8[keep]
+        for lo in range(0, n, _MIRROR_BATCH):  # in batches: no whole-store temporary
+            new.int8.put_range(lo, old.int8.take(keep[lo : lo + _MIRROR_BATCH]))
         new.scales[:n] = old.scales[keep]
         if new.floats is not None and old.floats is not None:
             new.floats[:n] = old.floats[keep]
@@ -509,7 +518,8 @@ class VectorIndex:
         width = 4 * self.dimension
         blob = b"".join(r[4] if r[4] and len(r[4]) == width else bytes(width) for r in rows)
         floats = np.frombuffer(blob, dtype=np.float32).reshape(-1, self.dimension)
-        arrays.int8[start:end], arrays.scales[start:end] = quantize(floats, self.dimension)
+        copies, arrays.scales[start:end] = quantize(floats, self.dimension)
+        arrays.int8.put_range(start, copies)
         if arrays.floats is not None:
             arrays.floats[start:end] = floats
 
@@ -571,7 +581,7 @@ class VectorIndex:
 
         codes, scales = await asyncio.to_thread(quantized)
         # The copy first, then its scale: a search reads a row's scale before its copy.
-        a.int8[slots] = codes
+        a.int8.put(slots, codes)
         a.scales[slots] = scales
 
     async def wait_filled(self) -> None:
@@ -745,7 +755,7 @@ class VectorIndex:
             waiting = first[~ready]
             if len(waiting):
                 first, scales = first[ready], scales[ready]
-            score = (a.int8[first].astype(np.float32) @ q) * scales
+            score = (a.int8.take(first).astype(np.float32) @ q) * scales
             if len(first) > keep4:
                 first = first[np.argpartition(-score, keep4 - 1)[:keep4]]
             if len(waiting):
