@@ -16,6 +16,8 @@ import pytest
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
+from recalld.chunkers import ChunkOptions, chunk_file
+from recalld.chunkers.split import _WORD, sentence_spans
 from recalld.embeddings.local import DIMENSION, LocalEmbedder, _truncated, default_model_dir
 from recalld.embeddings.token_counts import RecentCounts
 from recalld.errors import EmbeddingError
@@ -309,3 +311,39 @@ def test_recent_counts_forget_the_oldest_texts_first() -> None:
     assert (counts.get("abcd"), counts.get("efgh"), counts.get("ijkl")) == (None, 2, 3)
     counts.put(["x" * 11], [4])  # larger than the whole memo: not kept
     assert counts.get("x" * 11) is None
+
+
+# Prose the chunker splits: glued sentence ends, quotes and brackets, accents, CJK, a word
+# longer than WordPiece takes (one [UNK]), control and zero-width characters, emoji.
+SPLIT_PROSE = [
+    "Résumé of the naïve café study.Results were clear: 12% (n = 40) improved; others didn't."
+    ' She said "stop." Then left… 東京 and 北京 were cities.',
+    "Über-long " + "x" * 150 + " word, then\tmore\u200b text.\x07 End! 🎉 Done?",
+    "disabilities.A line with no space after the period.And another one here.",
+    " leading and trailing blanks \n\n second paragraph line\n third line ",
+]
+
+
+def test_span_counts_equal_counting_each_span_alone(int8: LocalEmbedder) -> None:
+    for text in [*SPLIT_PROSE, *SENTENCES]:
+        spans = [(0, len(text)), *sentence_spans(text)]
+        spans += [w.span() for w in _WORD.finditer(text)]
+        expected = [int8.count_tokens(text[start:end]) for start, end in spans]
+        assert int8.count_spans(text, spans) == expected, text
+        # The second call on the same text reuses its tokenisation, and gives the same counts.
+        assert int8.count_spans(text, spans) == expected
+
+
+def test_chunks_are_the_same_with_span_counts(int8: LocalEmbedder) -> None:
+    text = "\n\n".join([*SPLIT_PROSE, *SENTENCES]) * 3
+    one_by_one = ChunkOptions(max_tokens=40, overlap_tokens=8, count_tokens=int8.count_tokens)
+    spans = ChunkOptions(
+        max_tokens=40,
+        overlap_tokens=8,
+        count_tokens=int8.count_tokens,
+        count_spans=int8.count_spans,
+    )
+    for name in ("notes.md", "notes.txt"):
+        expected = chunk_file(name, text.encode(), one_by_one).chunks
+        assert len(expected) > 10
+        assert chunk_file(name, text.encode(), spans).chunks == expected

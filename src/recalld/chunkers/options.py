@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from recalld.errors import ConfigError
@@ -21,6 +21,10 @@ from recalld.types import ChunkDraft
 # breaks long words into pieces. Counting a run of letters and digits as one piece per 6
 # characters (and any other visible character as one) matched it best.
 _PIECE = re.compile(r"[^\W_]{1,6}|\S")
+
+
+# Token counts of several `(start, end)` spans of one text, from one tokenisation of the text.
+SpanCounter = Callable[[str, Sequence[tuple[int, int]]], list[int]]
 
 
 def approx_tokens(text: str) -> int:
@@ -46,6 +50,11 @@ class ChunkOptions:
         overlap_tokens: How much of a split block is repeated at the start of the next piece.
         count_tokens: The embedder's tokenizer (without special tokens); `approx_tokens` if
             none is given.
+        count_spans: Counts the spans of one text with one tokenisation, as `count_tokens`
+            counts each span alone, for spans that start and end between words (sentences,
+            words); None: each span is counted alone. The embedder offers it when its
+            tokenizer allows (`LocalEmbedder.count_spans`): prose is then tokenised once to
+            size a block and its sentences, not once per block and again per sentence.
         facts: Produce heuristic fact chunks for conversations when no LLM facts are given.
         turn_windows: Also produce a `window` chunk per conversation turn: the turn with the
             turn before it, so a question and the answer that opens the next round share a
@@ -57,10 +66,18 @@ class ChunkOptions:
     max_tokens: int = 240
     overlap_tokens: int = 32
     count_tokens: Callable[[str], int] = approx_tokens
+    count_spans: SpanCounter | None = None
     facts: bool = True
     turn_windows: bool = False
     redact: bool = True
     redact_entropy: bool = True
+
+    def count_text(self, text: str) -> int:
+        """`count_tokens(text)`, through `count_spans` when there is one (so splitting the text
+        next reuses its tokenisation)."""
+        if self.count_spans is None:
+            return self.count_tokens(text)
+        return self.count_spans(text, [(0, len(text))])[0]
 
     def __post_init__(self) -> None:
         # A window smaller than a short sentence makes every splitter degenerate; overlap must

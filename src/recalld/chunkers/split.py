@@ -10,8 +10,10 @@ period) is never glued or re-spaced here.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+from recalld.chunkers.options import SpanCounter
 
 # A sentence ends at . ! ? or an ellipsis, maybe followed by closing quotes or brackets, and
 # then whitespace; line breaks always end a unit. Abbreviations over-split, which only costs a
@@ -71,12 +73,23 @@ def _cut_word(
     return spans
 
 
-def _units(text: str, budget: int, count: Callable[[str], int]) -> list[_Span]:
+def _counts(
+    text: str, spans: list[tuple[int, int]], count: Callable[[str], int], many: SpanCounter | None
+) -> list[int]:
+    """The token count of each span of `text`, in one pass when there is a span counter."""
+    if many is not None:
+        return many(text, spans)
+    return [count(text[start:end]) for start, end in spans]
+
+
+def _units(
+    text: str, budget: int, count: Callable[[str], int], many: SpanCounter | None
+) -> list[_Span]:
     """Break `text` into spans of at most `budget` tokens: sentences, else clauses, else
     words, else slices of a word."""
     units: list[_Span] = []
-    for start, end in sentence_spans(text):
-        tokens = count(text[start:end])
+    sentences = sentence_spans(text)
+    for (start, end), tokens in zip(sentences, _counts(text, sentences, count, many), strict=True):
         if tokens <= budget:
             units.append(_Span(start, end, tokens))
             continue
@@ -94,7 +107,13 @@ def _units(text: str, budget: int, count: Callable[[str], int]) -> list[_Span]:
     return units
 
 
-def split_text(text: str, budget: int, overlap: int, count: Callable[[str], int]) -> list[str]:
+def split_text(
+    text: str,
+    budget: int,
+    overlap: int,
+    count: Callable[[str], int],
+    many: SpanCounter | None = None,
+) -> list[str]:
     """Split `text` into pieces of at most `budget` tokens, each repeating the previous tail.
 
     Token counts are summed over sentences or words, which is exact for tokenizers that split
@@ -106,13 +125,15 @@ def split_text(text: str, budget: int, overlap: int, count: Callable[[str], int]
         overlap: Tokens of the previous piece to repeat at the start of the next (whole
             sentences or words, never more than this).
         count: The token counter.
+        many: Counts sentences and words of `text` in one pass (`ChunkOptions.count_spans`);
+            None: `count` each.
 
     Returns:
         The pieces, in order; a single piece when the text already fits.
     """
     if not text.strip():
         return []
-    units = _units(text, budget, count)
+    units = _units(text, budget, count, many)
     pieces: list[str] = []
     i = 0
     start = units[0].start
@@ -142,9 +163,14 @@ def split_text(text: str, budget: int, overlap: int, count: Callable[[str], int]
         # ...else the last words of the last sentence.
         i = j
         start, carried = units[j].start, 0
-        for word in reversed(list(_WORD.finditer(text, units[j - 1].start, units[j - 1].end))):
-            tokens = count(word.group())
+        words = [w.span() for w in _WORD.finditer(text, units[j - 1].start, units[j - 1].end)]
+        counted: Iterable[tuple[tuple[int, int], int]]
+        if many is None:  # counted one by one, only as far back as the overlap reaches
+            counted = ((w, count(text[w[0] : w[1]])) for w in reversed(words))
+        else:
+            counted = zip(reversed(words), reversed(many(text, words)), strict=True)
+        for (word_start, _), tokens in counted:
             if carried + tokens > overlap:
                 break
-            start, carried = word.start(), carried + tokens
+            start, carried = word_start, carried + tokens
     return pieces

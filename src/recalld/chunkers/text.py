@@ -235,7 +235,7 @@ def split_block(block: Block, budget: int, options: ChunkOptions) -> list[str]:
         closer = lines[-1].strip() if closed else opener.strip()[:3]
         room = budget - count(opener) - count(closer)
         return [f"{opener}\n{part}\n{closer}" for part in pack_lines(body, room, count)]
-    return split_text(block.text, budget, options.overlap_tokens, count)
+    return split_text(block.text, budget, options.overlap_tokens, count, options.count_spans)
 
 
 class _Packer:
@@ -280,7 +280,10 @@ class _Packer:
         self.section_line = block.text
 
     def block(self, block: Block) -> None:
-        tokens = self.count(block.text)
+        # Prose over the budget is split by sentence next: counted so that reuses this count's
+        # tokenisation (`ChunkOptions.count_spans`).
+        prose = block.kind == "paragraph"
+        tokens = self.options.count_text(block.text) if prose else self.count(block.text)
         if not self.parts:
             self.used = self._head_tokens()
         if self.used + tokens <= self.options.max_tokens:

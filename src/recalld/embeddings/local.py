@@ -14,6 +14,7 @@ import logging
 import os
 import tempfile
 import threading
+from bisect import bisect_left
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,6 +27,8 @@ import onnxruntime as ort
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
+from tokenizers.models import WordPiece
+from tokenizers.pre_tokenizers import BertPreTokenizer
 
 from recalld import private
 from recalld.embeddings.base import Vectors
@@ -78,6 +81,9 @@ def default_model_dir() -> Path:
 class _Runtime:
     session: Any  # onnxruntime.InferenceSession (untyped)
     tokenizer: Tokenizer  # never truncates: embed() cuts at MAX_TOKENS itself
+    # WordPiece after BERT's pre-tokenizer: no token crosses whitespace or punctuation, so
+    # `count_spans` may count spans of one tokenisation.
+    splits_at_words: bool
 
 
 class LocalEmbedder:
@@ -141,6 +147,7 @@ class LocalEmbedder:
         self._lock = threading.Lock()
         self._runtime: _Runtime | None = None
         self._counts = RecentCounts()
+        self._spans = _LastText()
 
     @property
     def graph_path(self) -> Path:
@@ -230,6 +237,26 @@ class LocalEmbedder:
         tokenizer = self._load().tokenizer
         return len(tokenizer.encode_batch_fast([text], add_special_tokens=False)[0].ids)
 
+    def count_spans(self, text: str, spans: Sequence[tuple[int, int]]) -> list[int]:
+        """Count the tokens of each `(start, end)` span of `text`, as `count_tokens` counts
+        `text[start:end]`, from one tokenisation of `text` (`ChunkOptions.count_spans`).
+
+        Exact for spans that start and end where WordPiece's pre-tokenizer splits (whitespace,
+        punctuation), as the chunker's sentences and words do: no token crosses those, so a
+        span's tokens are those of the whole text that start inside it. The text's token
+        starts are kept for the next call (per thread): the chunker counts a block, then its
+        sentences, then the words of its overlaps, all on one text.
+        """
+        rt = self._load()
+        if not rt.splits_at_words:  # a tuned model's other tokenizer: each span alone
+            return [self.count_tokens(text[start:end]) for start, end in spans]
+        starts = self._spans.get(text)
+        if starts is None:
+            offsets = rt.tokenizer.encode(text, add_special_tokens=False).offsets
+            starts = [start for start, _ in offsets]
+            self._spans.put(text, starts)
+        return [bisect_left(starts, end) - bisect_left(starts, start) for start, end in spans]
+
     def _load(self) -> _Runtime:
         with self._lock:
             if self._runtime is None:
@@ -250,7 +277,10 @@ class LocalEmbedder:
                     # A cached file we cannot open (truncated by a full disk, say): rebuild.
                     self._build()
                     session = self._open_session()
-                self._runtime = _Runtime(session, tokenizer)
+                splits_at_words = isinstance(tokenizer.pre_tokenizer, BertPreTokenizer) and (
+                    isinstance(tokenizer.model, WordPiece)
+                )
+                self._runtime = _Runtime(session, tokenizer, splits_at_words)
             return self._runtime
 
     def _read_tokenizer(self) -> Tokenizer:
@@ -314,6 +344,20 @@ class LocalEmbedder:
                 tmp.unlink(missing_ok=True)
             message = f"cannot build {self.model_id} in {self.cache_dir}: {exc}"
             raise EmbeddingError(message) from exc
+
+
+class _LastText(threading.local):
+    """The token starts of the last text `count_spans` tokenised, in this thread."""
+
+    def __init__(self) -> None:
+        self.text: str | None = None
+        self.starts: list[int] = []
+
+    def get(self, text: str) -> list[int] | None:
+        return self.starts if text == self.text else None
+
+    def put(self, text: str, starts: list[int]) -> None:
+        self.text, self.starts = text, starts
 
 
 def _truncated(ids: list[int]) -> list[int]:

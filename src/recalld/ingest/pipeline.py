@@ -38,7 +38,7 @@ from recalld.chunkers import (
     conversation_chunks,
     parse_conversations,
 )
-from recalld.chunkers.options import KeyMaker
+from recalld.chunkers.options import KeyMaker, SpanCounter
 from recalld.chunkers.secrets import mark_redactions, redact, redact_marked
 from recalld.config import ChunkSettings, LinkSettings, PrivacySettings
 from recalld.embeddings.base import Embedder
@@ -215,6 +215,13 @@ def _conversation_drafts(
     ]
 
 
+def span_counter(embedder: Embedder) -> SpanCounter | None:
+    """The embedder's `count_spans` (one tokenisation for several spans of a text) if it has
+    one (`LocalEmbedder`); None: the chunker counts each span with `count_tokens`."""
+    found = getattr(embedder, "count_spans", None)
+    return found if callable(found) else None
+
+
 class _ModelChanged(Exception):
     """A reindex swapped the store's model after this document was embedded."""
 
@@ -258,6 +265,7 @@ class Ingestor:
             max_tokens=chunking.max_tokens,
             overlap_tokens=chunking.overlap_tokens,
             count_tokens=embedder.count_tokens,
+            count_spans=span_counter(embedder),
             facts=chunking.facts,
             turn_windows=chunking.turn_windows,
             redact=privacy.redact,
@@ -282,7 +290,9 @@ class Ingestor:
     def use_model(self, embedder: Embedder) -> None:
         """Embed (and count tokens) with another model from now on (after a reindex)."""
         self.embedder = embedder
-        self.options = replace(self.options, count_tokens=embedder.count_tokens)
+        self.options = replace(
+            self.options, count_tokens=embedder.count_tokens, count_spans=span_counter(embedder)
+        )
 
     async def ingest_file(
         self, path: Path, source: str | None = None, *, redact: bool = True
