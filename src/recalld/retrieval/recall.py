@@ -14,12 +14,15 @@ the matches once, in one worker thread, and the same pass gives the terms' docum
 frequencies, the terms the best hits contain (the coverage) and the keyword scores of the
 vector route's hits (completion), looked up without another query. Each of those was its own
 read before, a thread hop competing with the embedding for the two cores (the frequencies
-took ~4.8 ms of wall for 0.02 ms of work, issue 20): on the full SciFact store a search took
-0.78x the time (p50 18.1 vs 23.4 ms over 300 queries through `AsyncMemory.search`, the two
-versions in alternating blocks of one run, the same ranked ids; load average 7-10). Where a
-store cannot give one of them from its pass (FTS5 before the mirror is built, PostgreSQL)
-the answer says so and recall asks as before: the searcher's cached frequencies,
-`matched_terms`, `keyword_scores`.
+took ~4.8 ms of wall for 0.02 ms of work, issue 20). Score completion's vectors of the keyword
+hits are read as soon as the keyword route has them, while the query is embedded. On the full
+SciFact store a search took 0.72-0.90x the time at p50 (per-query median 0.81-0.93x; two runs
+of `python -m bench.search_trees`, old and new in alternating blocks, 300 queries, the same
+ranked ids, load average 8-11; see the README's Speed section). Reading the keyword hits'
+chunks there too made searches 1.18-1.21x slower in two such runs: work beside the embedding
+slows it more than a read after it costs. Where a store cannot give one of them from its
+pass (FTS5 before the mirror is built, PostgreSQL) the answer says so and recall asks as
+before: the searcher's cached frequencies, `matched_terms`, `keyword_scores`.
 
 The query embedding runs beside the routes, not before them, and ONNX Runtime keeps one
 intra-op thread a core for it (issue 20, no contention inside a search): on the full SciFact
