@@ -1,16 +1,17 @@
 """In-process search time of two or more checkouts on one store, in one run, blocks alternating.
 
     python -m bench.search_trees STORE_HOME ../shared/data/scifact --tree OLD --tree NEW
-        [--limit 300] [--blocks 6]
+        [--limit 300] [--blocks 6] [--set KEY=VALUE ...]
 
 STORE_HOME is a `bench perf --store-dir` (its `data/` store and `cache/` models). Each `--tree`
 (a checkout: its `src` and its `bench`, e.g. `main` before a change from `git worktree add`)
 runs in a process of its own with `PYTHONPATH=TREE/src:TREE`, on its own copy of the store
 (searches count retrievals), through `AsyncMemory.search` with each block's query vectors
 cold, as `bench perf` times recalld in process. The trees take turns block by block, the order
-rotating, so load on a shared machine hits them alike. Prints (JSON) per tree the p50 and p95,
-the ratio of its p50 to the first tree's and the median per-query ratio, the stage medians
-(`timings_ms`), and whether every query ranked the same chunk ids as in the first tree.
+rotating, so load on a shared machine hits them alike. Prints (JSON) per tree (`N: TREE`, in
+the order given) the p50 and p95, the ratio of its p50 to the first tree's and the median
+per-query ratio, the stage medians (`timings_ms`), and whether every query ranked the same
+chunk ids as in the first tree.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ STAGES = ("embed_ms", "vector_ms", "bm25_ms", "rank_ms", "total_ms")
 K = 10
 
 
-async def _serve(home: Path, data: Path, limit: int) -> None:
+async def _serve(home: Path, data: Path, limit: int, overrides: dict[str, str]) -> None:
     """A tree's side: search the query ranges read from stdin, one JSON line per range."""
     from bench.beir import load_beir
     from bench.common import bench_settings, forget_query_vectors
@@ -41,7 +42,7 @@ async def _serve(home: Path, data: Path, limit: int) -> None:
 
     _, queries, qrels = load_beir(data, "train")
     texts = [queries[q] for q in list(qrels)[:limit]]
-    memory = await AsyncMemory.open(bench_settings(home, {}))
+    memory = await AsyncMemory.open(bench_settings(home, overrides))
     try:
         await memory.search("warm up", limit=K)
         if isinstance(memory.store, SqliteStore):
@@ -62,10 +63,12 @@ async def _serve(home: Path, data: Path, limit: int) -> None:
         await memory.close()
 
 
-def _start(tree: Path, home: Path, data: Path, limit: int) -> subprocess.Popen[str]:
+def _start(
+    tree: Path, home: Path, data: Path, limit: int, sets: list[str]
+) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=f"{tree / 'src'}:{tree}")
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # recompiling on every start is not measured
-    argv = [sys.executable, __file__, "--serve", str(home), str(data), str(limit)]
+    argv = [sys.executable, __file__, "--serve", str(home), str(data), str(limit), *sets]
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     if proc.stdout.readline().strip() != "ready":
@@ -81,17 +84,21 @@ def _ask(proc: subprocess.Popen[str], first: int, last: int) -> list[dict[str, A
     return rows
 
 
-def compare(home: Path, data: Path, trees: list[Path], limit: int, blocks: int) -> dict[str, Any]:
-    """Time every tree on the first `limit` train queries, `blocks` turns each."""
-    names = [str(t) for t in trees]
+def compare(
+    home: Path, data: Path, trees: list[Path], limit: int, blocks: int, sets: list[str]
+) -> dict[str, Any]:
+    """Time every tree on the first `limit` train queries, `blocks` turns each (`sets`:
+    settings as `KEY=VALUE`)."""
+    names = [f"{number}: {tree}" for number, tree in enumerate(trees, start=1)]
     rows: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory() as tmp:
         procs = {}
-        for number, tree in enumerate(trees):
-            copy = Path(tmp) / str(number)
+        for name, tree in zip(names, trees, strict=True):
+            copy = Path(tmp) / name.partition(":")[0]
             shutil.copytree(home / "data", copy / "data")
-            (copy / "cache").symlink_to((home / "cache").resolve())
-            procs[str(tree)] = _start(tree, copy, data, limit)
+            if (home / "cache").exists():
+                (copy / "cache").symlink_to((home / "cache").resolve())
+            procs[name] = _start(tree, copy, data, limit, sets)
         try:
             size = -(-limit // blocks)
             for number, first in enumerate(range(0, limit, size)):
@@ -102,9 +109,10 @@ def compare(home: Path, data: Path, trees: list[Path], limit: int, blocks: int) 
             print(file=sys.stderr)
         finally:
             for proc in procs.values():
-                assert proc.stdin is not None
+                assert proc.stdin is not None and proc.stdout is not None
                 proc.stdin.close()
                 proc.wait()
+                proc.stdout.close()
     base = [r["ms"] for r in rows[names[0]]]
     report: dict[str, Any] = {"queries": len(base), "blocks": blocks, "trees": {}}
     for name in names:
@@ -130,7 +138,8 @@ def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "--serve":
         sys.path.pop(0)  # this file's folder: its modules are not top-level ones
-        asyncio.run(_serve(Path(args[1]), Path(args[2]), int(args[3])))
+        sets = dict(s.split("=", 1) for s in args[4:])
+        asyncio.run(_serve(Path(args[1]), Path(args[2]), int(args[3]), sets))
         return
     parser = argparse.ArgumentParser(prog="python -m bench.search_trees", description=__doc__)
     parser.add_argument("home", type=Path)
@@ -138,8 +147,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tree", type=Path, action="append", required=True)
     parser.add_argument("--limit", type=int, default=300)
     parser.add_argument("--blocks", type=int, default=6)
+    parser.add_argument("--set", dest="sets", action="append", default=[], help="KEY=VALUE")
     parsed = parser.parse_args(args)
-    report = compare(parsed.home, parsed.data, parsed.tree, parsed.limit, parsed.blocks)
+    report = compare(
+        parsed.home, parsed.data, parsed.tree, parsed.limit, parsed.blocks, parsed.sets
+    )
     print(json.dumps(report, indent=1))
 
 

@@ -5,8 +5,10 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
+from bench import search_trees
 from bench.__main__ import main
 
 
@@ -393,3 +395,27 @@ def test_ingest_command_through_the_api_and_a_daemon(tmp_path: Path):
         assert (report["via"], report["files"], report["chunks"]) == (via, 40, 40)
         assert report["model_only"]["texts"] == 40
         assert report["pipeline"]["cpu_seconds"] > 0 and report["cpu_ratio"] > 0
+
+
+def test_search_trees_times_two_checkouts_on_copies_of_one_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+):
+    make_beir(tmp_path / "beir")
+    store = tmp_path / "store"
+    hashed = ["--set", "embed.model=hash:64"]
+    built = CliRunner().invoke(
+        main, ["beir", str(tmp_path / "beir"), "--json", "--store-dir", str(store), *hashed]
+    )
+    assert built.exit_code == 0, built.output
+    before = (store / "data" / "recalld.db").read_bytes()
+    tree = Path(__file__).resolve().parents[2]
+    search_trees.main(
+        [str(store), str(tmp_path / "beir"), "--tree", str(tree), "--tree", str(tree),
+         "--limit", "3", "--blocks", "2", *hashed]
+    )  # fmt: skip
+    report = json.loads(capsys.readouterr().out)
+    assert report["queries"] == 3
+    first, second = report["trees"].values()
+    assert first["p50_ratio"] == 1.0 and first["same_ids"] and second["same_ids"]
+    assert set(first["stages_ms_p50"]) >= {"embed_ms", "vector_ms", "bm25_ms", "total_ms"}
+    assert (store / "data" / "recalld.db").read_bytes() == before  # the trees search copies
