@@ -240,9 +240,12 @@ async def build(path: Path | str, corpus: Corpus, chunks: int, vector_index: str
     return time.perf_counter() - started
 
 
-async def _write_batches(store: Store, source: Iterator[Any], chunks: int) -> None:
-    """The corpus's documents, 80 to a transaction, while a worker thread draws the next batch."""
-    doc = 0
+async def _write_batches(
+    store: Store, source: Iterator[Any], chunks: int, first_doc: int = 0
+) -> None:
+    """The corpus's documents, 80 to a transaction, while a worker thread draws the next batch
+    (documents numbered from `first_doc`)."""
+    doc = first_doc
     written = 0
     upcoming = asyncio.create_task(asyncio.to_thread(next, source, None))
     while (batch := await upcoming) is not None:
