@@ -1,5 +1,6 @@
 """PostgreSQL's bulk path: chunks and vectors go in by COPY, and `Store.bulk_load` on an empty
-store builds the HNSW index once at the end. Against the real server, no mocks."""
+store builds the HNSW and keyword (GIN) indexes once at the end. Against the real server, no
+mocks."""
 
 import psycopg
 import pytest
@@ -21,8 +22,12 @@ def rows(url: str, sql: str) -> list[tuple]:
         return conn.execute(sql.encode()).fetchall()
 
 
-def has_index(url: str) -> bool:
-    return rows(url, "SELECT to_regclass('chunks_vec_hnsw') IS NOT NULL") == [(True,)]
+def has_index(url: str, name: str = "chunks_vec_hnsw") -> bool:
+    return rows(url, f"SELECT to_regclass('{name}') IS NOT NULL") == [(True,)]
+
+
+def has_keyword_index(url: str) -> bool:
+    return has_index(url, "chunks_tsv")
 
 
 def document(source: str, texts: list[str]) -> tuple[records.NewDocument, list[records.NewChunk]]:
@@ -60,8 +65,14 @@ async def test_bulk_load_builds_the_index_at_the_end_and_readers_stay_exact(pg_u
         async with store.bulk_load():
             await put(store, "a.md", TEXTS)
             await put(store, "b.md", ["mu nu xi", "omicron pi rho"])
-            # Inside the block the index waits; a reader still finds the exact neighbours.
+            # Inside the block the indexes wait; readers still find the exact neighbours and
+            # the keyword matches.
             assert has_index(pg_url) is not HNSW
+            assert not has_keyword_index(pg_url)
+            [(found, _)] = await store.read(lambda r: r.fts('"epsilon"', 5, NO_FILTERS))
+            assert rows(pg_url, f"SELECT text FROM chunks WHERE id = {found}") == [
+                ("delta epsilon",)
+            ]
             query = EMBEDDER.embed(["zeta eta theta"])[0]
             [(best, distance)] = await store.read(lambda r: r.knn(query, 1, NO_FILTERS))
             assert rows(pg_url, f"SELECT text FROM chunks WHERE id = {best}") == [
@@ -69,8 +80,10 @@ async def test_bulk_load_builds_the_index_at_the_end_and_readers_stay_exact(pg_u
             ]
             assert distance == pytest.approx(0.0, abs=1e-3)
         assert has_index(pg_url) is HNSW
+        assert has_keyword_index(pg_url)
         hits = await store.read(lambda r: r.knn(query, 1, NO_FILTERS))
         assert hits[0][0] == best
+        assert await store.read(lambda r: r.fts('"epsilon"', 5, NO_FILTERS)) == [(found, _)]
     finally:
         await store.close()
     # Parents written in the COPY (forward reference) and their structure links.
@@ -121,6 +134,7 @@ async def test_a_failed_batch_loses_nothing_committed_and_leaves_the_index(pg_ur
 
                 await store.write(dies_midway)
         assert has_index(pg_url) is HNSW
+        assert has_keyword_index(pg_url)
     finally:
         await store.close()
     assert rows(pg_url, "SELECT source FROM documents") == [("a.md",)]
@@ -135,6 +149,7 @@ async def test_a_store_already_holding_vectors_keeps_its_index_throughout(pg_url
         async with store.bulk_load():
             await put(store, "b.md", ["mu nu xi"])
             assert has_index(pg_url) is HNSW
+            assert has_keyword_index(pg_url)
     finally:
         await store.close()
 
@@ -145,13 +160,16 @@ async def test_an_index_left_dropped_by_a_dead_bulk_load_is_built_on_open(pg_url
         # What a process killed inside `bulk_load` leaves: the index dropped, rows committed.
         async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as conn:
             assert await schema.defer_hnsw_index(conn) is HNSW
+            assert await schema.defer_index(conn, schema.KEYWORD_INDEX)
         await put(store, "a.md", TEXTS)
     finally:
         await store.close()
     assert not has_index(pg_url)
+    assert not has_keyword_index(pg_url)
     store = await open_(pg_url)
     try:
         assert has_index(pg_url) is HNSW
+        assert has_keyword_index(pg_url)
         query = EMBEDDER.embed(["iota kappa lambda"])[0]
         [(_, distance)] = await store.read(lambda r: r.knn(query, 1, NO_FILTERS))
         assert distance == pytest.approx(0.0, abs=1e-3)

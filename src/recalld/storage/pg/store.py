@@ -106,10 +106,14 @@ async def _prepare(
                 )
     if stored["model_id"] != model_id or int(stored["dimension"]) != dimension:
         raise model_mismatch(redact(conn.info.dsn), stored, model_id, dimension)
-    if stored.get("vector_index") == "hnsw" and not await schema.has_hnsw_index(conn):
-        # A bulk load whose process died before its end left the index dropped.
-        logger.warning("building the missing HNSW index of %s", redact(conn.info.dsn))
-        await schema.build_hnsw_index(conn)
+    indexes = [schema.KEYWORD_INDEX]
+    if stored.get("vector_index") == "hnsw":
+        indexes.append(schema.HNSW_INDEX)
+    for index in indexes:
+        if not await schema.has_index(conn, index):
+            # A bulk load whose process died before its end left the index dropped.
+            logger.warning("building the missing index %s of %s", index.name, redact(conn.info.dsn))
+            await schema.build_index(conn, index)
     return stored
 
 
@@ -294,35 +298,41 @@ class PgStore(ModelSwitch):
 
     @contextlib.asynccontextmanager
     async def bulk_load(self) -> AsyncIterator[None]:
-        """See `contract.Store.bulk_load`. On a store with an HNSW index and no vectors yet, the
-        index is dropped for the block and built over every vector at its end, several times
-        faster than keeping it up row by row; readers meanwhile scan exactly (slower, same
-        answers). The index is built even when the block fails; if the process dies inside it,
-        the next `open_url` builds it. Nested blocks and isolated stores defer nothing."""
+        """See `contract.Store.bulk_load`. On a store with no chunks (no vectors) yet, the
+        keyword GIN index (the HNSW index) is dropped for the block and built over every row at
+        its end, several times faster than keeping it up row by row; readers meanwhile scan
+        (slower, same answers). The indexes are built even when the block fails; if the process
+        dies inside it, the next `open_url` builds them. Nested blocks and isolated stores
+        defer nothing."""
         if self._bulk or self.isolated:
             yield
             return
         self._bulk = True
         try:
-            deferred = await shielded(self._defer_index())
+            deferred = await shielded(self._defer_indexes())
             try:
                 yield
             finally:
                 if deferred:
-                    await shielded(self._build_index())
+                    await shielded(self._build_indexes(deferred))
         finally:
             self._bulk = False
 
-    async def _defer_index(self) -> bool:
+    async def _defer_indexes(self) -> list[schema.Index]:
+        deferred = []
         async with self._write_lock, self._pool.connection() as conn:
-            try:
-                return await schema.defer_hnsw_index(conn)
-            except psycopg.errors.InsufficientPrivilege:
-                return False  # another role owns the table: keep the index up row by row
+            for index in (schema.KEYWORD_INDEX, schema.HNSW_INDEX):
+                try:
+                    if await schema.defer_index(conn, index):
+                        deferred.append(index)
+                except psycopg.errors.InsufficientPrivilege:
+                    pass  # another role owns the table: keep the index up row by row
+        return deferred
 
-    async def _build_index(self) -> None:
+    async def _build_indexes(self, indexes: list[schema.Index]) -> None:
         async with self._write_lock, self._pool.connection() as conn:
-            await schema.build_hnsw_index(conn)
+            for index in indexes:
+                await schema.build_index(conn, index)
 
     async def check_vector_index(self) -> tuple[int, int] | None:
         """None: there is no in-memory vector index to check (pgvector's lives in the database)."""
