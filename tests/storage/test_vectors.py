@@ -114,6 +114,28 @@ async def test_cascade_returns_the_exact_top_10(filled):
     assert store.vectors.use_for((), ())
 
 
+@pytest.mark.parametrize("direct_max", [0, 8_192])
+async def test_both_routes_to_the_int8_stage_return_the_exact_top_10(filled, direct_max):
+    """Few stage-1 survivors (here 2,000) go straight to the int8 stage; more go through
+    the two bit stages first (`int8_direct_max` = 0 forces that): both find the exact top 10.
+    Asked for 50, the direct route's int8 scores over every survivor find the exact 50 too."""
+    store, data = filled
+    store.vectors.tuning = dataclasses.replace(
+        vectors.Tuning(), exact_below=0, int8_direct_max=direct_max
+    )
+    await knn(store, data[0])
+    await store.vectors.wait_filled()
+    rng = np.random.default_rng(12)
+    for i in rng.integers(0, len(data), 20):
+        q = unit(data[i] + 0.6 * rng.standard_normal(DIM).astype(np.float32) / np.sqrt(DIM))
+        got, want = await knn(store, q), await exact(store, q)
+        assert [c for c, _ in got] == [c for c, _ in want]
+        assert np.allclose([d for _, d in got], [d for _, d in want], atol=1e-5)
+        if direct_max:
+            got, want = await knn(store, q, 50), await exact(store, q, 50)
+            assert np.allclose([d for _, d in got], [d for _, d in want], atol=1e-5)
+
+
 async def test_tight_cascade_keeps_recall(filled):
     store, data = filled
     store.vectors.tuning = TIGHT
