@@ -38,3 +38,15 @@ def test_grown_rows_share_the_full_segments(small_segments):
     assert np.array_equal(new.take(np.arange(10)), data)
     new.put_range(10, np.ones((11, 3), dtype=np.int8))  # past the old rows: old never reads
     assert np.array_equal(old.take(np.arange(10)), data)
+
+
+def test_dot_reads_each_segment_in_one_run(small_segments):
+    rng = np.random.default_rng(1)
+    data = rng.integers(-127, 128, (10, 3), dtype=np.int8)
+    rows = segmented.SegmentedRows(10, 3)
+    rows.put_range(0, data)
+    vector = rng.standard_normal(3).astype(np.float32)
+    for slots in (np.arange(10), np.array([0, 3, 4, 9]), np.array([5, 6]), np.array([8])):
+        want = data[slots].astype(np.float32) @ vector
+        assert np.allclose(rows.dot(slots, vector), want, rtol=1e-6)
+    assert rows.dot(np.array([], dtype=np.intp), vector).shape == (0,)

@@ -778,9 +778,11 @@ class VectorIndex:
         waiting = rows[~ready]
         if len(waiting):
             rows, scales = rows[ready], scales[ready]
-        # einsum converts int8 to float as it goes: no float copy of the gathered rows, and
-        # ~0.6x the time of `astype(float32) @ q` at 4k rows (no BLAS call either).
-        score = np.einsum("ij,j->i", a.int8.take(rows), q) * scales
+        # Ascending slots, so each segment is read in one run (the order is free: the exact
+        # stage sorts). An einsum per segment takes ~0.6x `astype(float32) @ q`'s time.
+        order = np.argsort(rows)
+        rows, scales = rows[order], scales[order]
+        score = a.int8.dot(rows, q) * scales
         if len(rows) > keep4:
             rows = rows[np.argpartition(-score, keep4 - 1)[:keep4]]
         if len(waiting):
