@@ -21,7 +21,8 @@ INT_MAX = 2**63 - 1
 
 def is_number(value: Any) -> bool:
     """A finite int or float (not a bool: JSON has no such confusion)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    # A tuple, not `int | float`: the union was built anew on every call (row reads).
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     if isinstance(value, int):
         return INT_MIN <= value <= INT_MAX

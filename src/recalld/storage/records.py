@@ -86,8 +86,13 @@ CHUNK_COLUMNS = (
 def json_column(text: Any, default: Any) -> Any:
     """A JSON column read back; `NaN`, `Infinity` and `1e400` become null, and text that is not
     JSON at all becomes `default` (`check` reports such rows)."""
+    if text == "[]" or text == "{}":  # most rows' tags and meta: no decoder needed
+        value: Any = [] if text == "[]" else {}
+        return value if isinstance(value, type(default)) else default
     try:
-        value = json.loads(text, parse_constant=lambda _: None, parse_float=_finite_float)
+        # One decoder for every row: `json.loads` with hooks builds a new one per call,
+        # which cost more than the decoding (~5 us a column, 50 chunks a search).
+        value = _DECODER.decode(text) if isinstance(text, str) else _loads(text)
     except (TypeError, ValueError):
         return default
     return value if isinstance(value, type(default)) else default
@@ -96,6 +101,17 @@ def json_column(text: Any, default: Any) -> Any:
 def _finite_float(text: str) -> float | None:
     value = float(text)
     return value if limits.is_number(value) else None
+
+
+def _no_constant(_: str) -> None:
+    return None
+
+
+_DECODER = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
+
+
+def _loads(text: Any) -> Any:
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
 
 
 def row_to_chunk(row: Any) -> Chunk:
