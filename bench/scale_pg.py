@@ -5,7 +5,8 @@ The same synthetic corpus and queries as `bench.scale` go into one database per 
 `--store-dir`). The vector route is `Reader.knn` (pgvector HNSW, or a full scan when the
 store was built with `vector_index = "exact"`), its ground truth a full scan that never
 touches the index; the full and keyword-only search pipelines run through `Searcher` as on
-SQLite. RSS is the server's business here and is not reported; size is `pg_database_size`.
+SQLite. RSS is the server's business here and is not reported; size is `pg_database_size`,
+and the server's `shared_buffers` is reported beside it.
 """
 
 from __future__ import annotations
@@ -113,10 +114,11 @@ async def measure(url: str, chunks: int, dimension: int, count: int) -> dict[str
             lambda c: c.fetchall(
                 "SELECT pg_database_size(current_database()), "
                 "coalesce(pg_relation_size(to_regclass('chunks_vec_hnsw')), 0), "
-                "(SELECT value FROM meta WHERE key = 'vector_index')"
+                "(SELECT value FROM meta WHERE key = 'vector_index'), "
+                "current_setting('shared_buffers')"
             )
         )
-        disk, index_bytes, index = sizes[0]
+        disk, index_bytes, index, shared_buffers = sizes[0]
         only_rounds = Filters(granularities=("round",))
         cold = [(await _timed(store, _knn, v, NO_FILTERS))[1] for v in cold_vectors]
         routes: dict[str, list[float]] = {"vector": [], "exact": [], "vector_filtered": []}
@@ -168,6 +170,8 @@ async def measure(url: str, chunks: int, dimension: int, count: int) -> dict[str
         "index_mb": round(int(index_bytes) / 2**20, 1),
         "rss_mb": None,
         "disk_mb": round(int(disk) / 2**20, 1),
+        # The server's page cache: searches read from the OS's beyond it (see README).
+        "shared_buffers": str(shared_buffers),
     }
 
 
