@@ -333,10 +333,11 @@ def ablation(
 )
 @click.option(
     "--pg-index",
-    type=click.Choice(["hnsw", "exact"]),
-    default="hnsw",
+    type=click.Choice(["auto", "hnsw", "exact"]),
+    default="auto",
     show_default=True,
-    help="The PostgreSQL stores' vector index.",
+    help="The PostgreSQL stores' vector index (auto: hnsw when this machine's CPU runs the "
+    "bundled pgvector's HNSW, i.e. has AVX-512, else exact; for a server on this machine).",
 )
 @REPORT_OPTIONS
 @PLOT_OPTION

