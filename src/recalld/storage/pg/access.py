@@ -57,11 +57,12 @@ class PgReader(contract.Reader):
     async def keyword_search(
         self, terms: Sequence[str], k: int, filters: Filters, depth: int
     ) -> KeywordAnswer:
-        # `fts` and the matched terms; the frequencies (the store's term statistics, for the
-        # searcher's cache) and the score lookup are left to the caller.
-        hits = await readers.fts(self.conn, match_expression(list(terms)), k, filters)
+        # `fts` and the matched terms in one query; the frequencies (the store's term
+        # statistics, for the searcher's cache) and the score lookup are left to the caller.
         quoted = [quote_term(t) for t in terms]
-        matched = [await readers.matched_terms(self.conn, cid, quoted) for cid, _ in hits[:depth]]
+        hits, matched = await readers.keyword_search(
+            self.conn, match_expression(list(terms)), k, filters, quoted, depth
+        )
         return KeywordAnswer(hits, matched=matched)
 
     async def keyword_scores(self, expression: str, ids: Sequence[int]) -> dict[int, float]:

@@ -143,11 +143,29 @@ async def _term_weights(conn: PgConn, terms: list[str]) -> list[Any]:
     return [terms, await stats.frequencies(conn, terms), await stats.chunk_total(conn)]
 
 
+# Which of the checked terms each of the best `depth` hits contains (`matched_terms`' query,
+# for the row `top.id`), evaluated in the keyword query itself: no round trip of its own.
+_MATCHED = (
+    "CASE WHEN top.rank <= %s THEN ARRAY(SELECT coalesce(x.tsv @@ recalld_term(u.t), false) "
+    "FROM unnest(%s::text[]) WITH ORDINALITY AS u(t, n) LEFT JOIN chunks x ON x.id = top.id "
+    "ORDER BY u.n) END"
+)
+
+
+def _ranked(hits: str) -> str:
+    """`hits` (a query of `(id, score)`, best first, `k` rows) with each row's rank and, for the
+    best `depth`, its matched terms (`_MATCHED`): rows `(id, score, matched or NULL)`."""
+    return (
+        f"SELECT top.id, top.score, {_MATCHED} FROM (SELECT id, score, "
+        f"row_number() OVER (ORDER BY score DESC, id) AS rank FROM ({hits}) s) top"
+    )
+
+
 # `fts` without filters when no term is counted yet: one pass over the (term, chunk) matches
 # gives both each term's document frequency (the IDF's, and `term_stats`' to keep) and the
 # scores. The sums add each chunk's terms in the same order as `_WEIGHTED_TERMS`' join (terms
-# sorted by tsquery), so scores are the same floats. Rows of kind 0 are hits `(0, id, score)`,
-# kind 1 the counts `(1, term's position, count)`.
+# sorted by tsquery), so scores are the same floats. Rows of kind 0 are hits `(0, id, score,
+# matched)`, kind 1 the counts `(1, term's position, count, NULL)`.
 _COUNTED_FTS = (
     "WITH terms AS MATERIALIZED (SELECT DISTINCT ON (q) q FROM (SELECT recalld_term(t) AS q "
     "  FROM unnest(%s::text[]) AS u(t)) x WHERE numnode(q) > 0 ORDER BY q), "
@@ -156,17 +174,25 @@ _COUNTED_FTS = (
     "counted AS MATERIALIZED (SELECT q, count(*) AS n FROM matches GROUP BY q), "
     "weighted AS MATERIALIZED (SELECT q, "
     "  ln(1 + (greatest(%s::bigint, n) - n + 0.5) / (n + 0.5)) AS idf FROM counted) "
-    "SELECT 0, id, score FROM (SELECT m.id, sum(w.idf * m.r) AS score "
-    "  FROM matches m JOIN weighted w ON w.q = m.q "
-    "  GROUP BY m.id ORDER BY score DESC, m.id LIMIT %s) top "
-    "UNION ALL SELECT 1, u.n, coalesce(c.n, 0) FROM unnest(%s::text[]) WITH ORDINALITY AS u(t, n) "
-    "LEFT JOIN counted c ON c.q = recalld_term(u.t)"
+    "SELECT 0, ranked.* FROM ("
+    + _ranked(
+        "SELECT m.id, sum(w.idf * m.r) AS score FROM matches m JOIN weighted w ON w.q = m.q "
+        "GROUP BY m.id ORDER BY score DESC, m.id LIMIT %s"
+    )
+    + ") ranked "
+    "UNION ALL SELECT 1, u.n, coalesce(c.n, 0), NULL FROM unnest(%s::text[]) "
+    "WITH ORDINALITY AS u(t, n) LEFT JOIN counted c ON c.q = recalld_term(u.t)"
 )
+
+# Hits `(id, score, matched terms or None)`, best first.
+Ranked = list[tuple[int, float, list[bool] | None]]
+# `_MATCHED`'s parameters: how many of the best hits to check, and the terms to check.
+_Checks = tuple[int, list[str]]
 
 
 async def _counted_fts(
-    conn: PgConn, stats: term_stats.TermStats, terms: list[str], k: int
-) -> list[tuple[int, float]] | None:
+    conn: PgConn, stats: term_stats.TermStats, terms: list[str], k: int, checks: _Checks
+) -> Ranked | None:
     """`fts` without filters that counts the terms in its own pass (`_COUNTED_FTS`) and gives
     the counts to `stats`; None when another search counts (or counted) one of them."""
     mine = stats.unclaimed(terms)
@@ -175,35 +201,61 @@ async def _counted_fts(
     claimed = list(mine)
     try:
         total = await stats.chunk_total(conn)
-        rows = await conn.fetch(_COUNTED_FTS, [claimed, total, k, claimed])
+        rows = await conn.fetch(_COUNTED_FTS, [claimed, total, *checks, k, claimed])
     except BaseException as exc:
         stats.abandon(mine, exc)
         raise
     found = dict.fromkeys(range(1, len(claimed) + 1), 0)
     found.update((int(r[1]), int(r[2])) for r in rows if r[0] == 1)
     stats.settle(mine, list(found.values()))
-    hits = [(int(r[1]), float(r[2])) for r in rows if r[0] == 0]
+    hits = [(int(r[1]), float(r[2]), r[3]) for r in rows if r[0] == 0]
     return sorted(hits, key=lambda hit: (-hit[1], hit[0]))  # UNION ALL promises no order
 
 
-async def fts(conn: PgConn, expression: str, k: int, filters: Filters) -> list[tuple[int, float]]:
-    """The `k` best keyword matches as `(chunk_id, score)`, best first (see module docstring)."""
+async def _ranked_fts(
+    conn: PgConn, expression: str, k: int, filters: Filters, checks: _Checks
+) -> Ranked:
     terms = terms_of(expression)
     if not terms:
         return []
     if conn.term_stats is not None and filters.is_empty():
-        hits = await _counted_fts(conn, conn.term_stats, terms, k)
+        hits = await _counted_fts(conn, conn.term_stats, terms, k, checks)
         if hits is not None:
             return hits
     where, params = filter_sql(filters)
     join = "" if filters.is_empty() else "JOIN documents d ON d.id = c.document_id"
-    rows = await conn.fetch(
-        _WEIGHTED_TERMS + "SELECT c.id, sum(w.idf * ts_rank(c.tsv, w.q, 1)) AS score "
+    query = _ranked(
+        "SELECT c.id, sum(w.idf * ts_rank(c.tsv, w.q, 1)) AS score "
         f"FROM weighted w JOIN chunks c ON c.tsv @@ w.q {join} WHERE {where} "
-        "GROUP BY c.id ORDER BY score DESC, c.id LIMIT %s",
-        [*await _term_weights(conn, terms), *params, k],
+        "GROUP BY c.id ORDER BY score DESC, c.id LIMIT %s"
     )
-    return [(int(r[0]), float(r[1])) for r in rows]
+    rows = await conn.fetch(
+        _WEIGHTED_TERMS + query + " ORDER BY top.rank",
+        [*await _term_weights(conn, terms), *checks, *params, k],
+    )
+    return [(int(r[0]), float(r[1]), r[2]) for r in rows]
+
+
+async def fts(conn: PgConn, expression: str, k: int, filters: Filters) -> list[tuple[int, float]]:
+    """The `k` best keyword matches as `(chunk_id, score)`, best first (see module docstring)."""
+    return [
+        (cid, score) for cid, score, _ in await _ranked_fts(conn, expression, k, filters, (0, []))
+    ]
+
+
+async def keyword_search(
+    conn: PgConn,
+    expression: str,
+    k: int,
+    filters: Filters,
+    expressions: Sequence[str],
+    depth: int,
+) -> tuple[list[tuple[int, float]], list[list[bool]]]:
+    """`fts`, and `matched_terms(hit, expressions)` of its best `depth` hits, in one query."""
+    checked = [" ".join(terms_of(e)) for e in expressions]
+    ranked = await _ranked_fts(conn, expression, k, filters, (depth, checked))
+    matched = [[bool(m) for m in found or []] for _, _, found in ranked[:depth]]
+    return [(cid, score) for cid, score, _ in ranked], matched
 
 
 async def keyword_scores(conn: PgConn, expression: str, ids: Sequence[int]) -> dict[int, float]:
