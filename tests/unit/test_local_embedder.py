@@ -17,7 +17,7 @@ from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
 from recalld.chunkers import ChunkOptions, chunk_file
-from recalld.chunkers.split import _WORD, sentence_spans
+from recalld.chunkers.split import _WORD, sentence_spans, split_text
 from recalld.embeddings.local import DIMENSION, LocalEmbedder, _truncated, default_model_dir
 from recalld.embeddings.token_counts import RecentCounts
 from recalld.errors import EmbeddingError
@@ -347,3 +347,13 @@ def test_chunks_are_the_same_with_span_counts(int8: LocalEmbedder) -> None:
         expected = chunk_file(name, text.encode(), one_by_one).chunks
         assert len(expected) > 10
         assert chunk_file(name, text.encode(), spans).chunks == expected
+
+
+def test_a_split_blocks_tail_counts_from_the_blocks_tokenisation(int8: LocalEmbedder) -> None:
+    for text in [*SPLIT_PROSE, *SENTENCES]:
+        for budget in (12, 20, 40):
+            pieces = split_text(text, budget, 8, int8.count_tokens, int8.count_spans)
+            last = pieces[-1]
+            start = text.rfind(last)
+            counted = int8.count_spans(text, [(start, start + len(last))])
+            assert counted == [int8.count_tokens(last)], (text, budget)

@@ -301,7 +301,16 @@ class _Packer:
             self.flush()
             self.used = self._head_tokens()
         if pieces:
-            self._add(pieces[-1], self.count(pieces[-1]))
+            self._add(pieces[-1], self._last_piece_tokens(block, pieces[-1], prose))
+
+    def _last_piece_tokens(self, block: Block, piece: str, prose: bool) -> int:
+        """The tokens of the last piece of a split block; for prose, from the block's own
+        tokenisation when there is a span counter (the piece is the block's tail: its last
+        occurrence, starting at a sentence or word)."""
+        if not prose or self.options.count_spans is None:
+            return self.count(piece)
+        start = block.text.rfind(piece)
+        return self.options.count_spans(block.text, [(start, start + len(piece))])[0]
 
     def _add(self, text: str, tokens: int) -> None:
         self.parts.append(text)

@@ -466,7 +466,8 @@ class Ingestor:
                 async with self.store.reading() as reader:
                     known = await reader.chunk_keys(stored.id)
             for c_index, draft in enumerate(doc.parsed.chunks):
-                if known.get(draft.key) != records.chunk_hash(draft):
+                # A new document's chunks all need embedding: no hash to compare.
+                if not known or known.get(draft.key) != records.chunk_hash(draft):
                     todo.append((d_index, c_index, draft))
         texts = [draft.text for _, _, draft in todo]
         async with self._model_lock:
