@@ -8,10 +8,9 @@ from pathlib import Path
 import pytest
 
 from recalld.api import AsyncMemory
-from recalld.config import load_settings
 from recalld.errors import QueryError
 from recalld.retrieval import fusion
-from tests.helpers.postgres import VECTOR_INDEX
+from tests.helpers.notes import memory_with_notes
 
 TEXTS = [
     "the zebra crossed the river at dawn",
@@ -24,13 +23,8 @@ QUERY = "zebra river quokka"
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 async def memory(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[AsyncMemory]:
-    env = {"RECALLD_HOME": str(tmp_path), "RECALLD_EMBED__MODEL": "hash:64"}
-    if request.param == "postgresql":
-        env["RECALLD_STORE__PATH"] = request.getfixturevalue("pg_url")
-        env["RECALLD_STORE__VECTOR_INDEX"] = VECTOR_INDEX
-    async with await AsyncMemory.open(load_settings(None, env).settings) as opened:
-        for i, text in enumerate(TEXTS):
-            await opened.add_text(text, source=f"n{i}", name="n.txt")
+    pg_url = request.getfixturevalue("pg_url") if request.param == "postgresql" else None
+    async with memory_with_notes(tmp_path, TEXTS, pg_url) as opened:
         yield opened
 
 
