@@ -194,6 +194,29 @@ async def test_a_store_above_the_size_limit_is_searched_through_fts5(
     assert store.keywords.served == 0 and store.keywords.missed > 0
 
 
+async def test_a_store_holding_exactly_the_size_limit_is_mirrored(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+):
+    await put(store, "a.md", TEXTS)
+    # The limit counts the index's tokens (FTS5's averages record), inclusive.
+    reader = keywords._open_readonly(store.path)
+    try:
+        _, _, tokens = keywords._key(reader.execute(keywords._KEY_SQL).fetchall())
+    finally:
+        reader.close()
+    assert tokens > 20
+    monkeypatch.setattr(keywords, "MAX_OCCURRENCES", tokens)
+    await mirrored(store)
+    for query in QUERIES:
+        fts5, mirror = await both(store, query)
+        assert mirror == fts5, query
+
+
+def test_the_size_limit_admits_a_million_synthetic_chunks():
+    # `bench scale`'s 1M store holds ~80M tokens (issue 20): its mirror is built.
+    assert keywords.MAX_OCCURRENCES >= 80_000_000
+
+
 async def test_tokenising_and_scoring_never_run_on_the_event_loop(
     store: SqliteStore, monkeypatch: pytest.MonkeyPatch
 ):

@@ -19,8 +19,10 @@ time (`_REBUILD_DUTY`), so a store being written to is searched through FTS5 unt
 settles.
 
 Memory: ~6 bytes a posting (a token once per chunk holding it), 7.5 MB for SciFact's 13,948
-chunks and 38 MB for 100k synthetic chunks of 40-120 words; above `MAX_OCCURRENCES` tokens
-in the index it is not built and FTS5 answers.
+chunks, 38 MB for 100k synthetic chunks of 40-120 words and 356 MB (374 bytes a chunk) for 1M
+of them (80M tokens, 59M postings, built in ~46 s while FTS5 answers, the build's anonymous
+peak ~2x the arrays); above `MAX_OCCURRENCES` tokens in the index it is not built and FTS5
+answers.
 
 Terms are tokenised by FTS5 itself, on a private in-memory table with the store's tokenizer.
 A term that is several tokens (a phrase, such as `don't`) needs positions the mirror does
@@ -63,8 +65,9 @@ _REBUILD_DUTY = 0.2
 _RETRY_S = 30.0
 # Above this many tokens in the index the mirror is not built and FTS5 answers: postings take
 # ~6 bytes each (a 4-byte row number and a 2-byte count; a token repeated in a chunk is one),
-# ~36 MB at 100k synthetic chunks of 40-120 words (8M tokens), and a build then takes ~10 s.
-MAX_OCCURRENCES = 10_000_000
+# so at most ~600 MB here; 1M synthetic chunks of 40-120 words hold 80M tokens in 59M
+# postings, 356 MB, built in ~46 s (issue 20: there the mirror answers in ~0.15x FTS5's time).
+MAX_OCCURRENCES = 100_000_000
 # The largest count a posting holds (uint16).
 _MAX_COUNT = 65_535
 # Tokenised terms remembered (a few MB at most).
@@ -532,7 +535,8 @@ class KeywordIndex:
         """The current snapshot, built now if need be (None: not built; benchmarks)."""
         snapshot = self.current()
         if snapshot is None:
-            await asyncio.to_thread(self.wait_built)
+            # ~46 s at 1M chunks on a quiet machine: longer when the machine is busy.
+            await asyncio.to_thread(self.wait_built, 600.0)
             snapshot = self.current()
         return snapshot
 
