@@ -43,6 +43,17 @@ def unit(v: np.ndarray) -> np.ndarray:
     return (v / np.linalg.norm(v)).astype(np.float32)
 
 
+def near(v: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A query near `v`: the vector plus noise, normalised."""
+    return unit(v + 0.6 * rng.standard_normal(DIM).astype(np.float32) / np.sqrt(DIM))
+
+
+def assert_same_hits(got: list[tuple[int, float]], want: list[tuple[int, float]]) -> None:
+    """The same ids in the same order, at the same distances (to float rounding)."""
+    assert [c for c, _ in got] == [c for c, _ in want]
+    assert np.allclose([d for _, d in got], [d for _, d in want], atol=1e-5)
+
+
 async def put(store: Store, source: str, vecs: np.ndarray, kind="text", granularity="chunk"):
     chunks = [
         records.NewChunk(
@@ -107,10 +118,9 @@ async def test_cascade_returns_the_exact_top_10(filled):
     store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
     rng = np.random.default_rng(7)
     for i in rng.integers(0, len(data), 25):
-        q = unit(data[i] + 0.6 * rng.standard_normal(DIM).astype(np.float32) / np.sqrt(DIM))
+        q = near(data[i], rng)
         got, want = await knn(store, q), await exact(store, q)
-        assert [c for c, _ in got] == [c for c, _ in want]
-        assert np.allclose([d for _, d in got], [d for _, d in want], atol=1e-5)
+        assert_same_hits(got, want)
     assert store.vectors.use_for((), ())
 
 
@@ -127,10 +137,9 @@ async def test_both_routes_to_the_int8_stage_return_the_exact_top_10(filled, dir
     await store.vectors.wait_filled()
     rng = np.random.default_rng(12)
     for i in rng.integers(0, len(data), 20):
-        q = unit(data[i] + 0.6 * rng.standard_normal(DIM).astype(np.float32) / np.sqrt(DIM))
+        q = near(data[i], rng)
         got, want = await knn(store, q), await exact(store, q)
-        assert [c for c, _ in got] == [c for c, _ in want]
-        assert np.allclose([d for _, d in got], [d for _, d in want], atol=1e-5)
+        assert_same_hits(got, want)
         if direct_max:
             got, want = await knn(store, q, 50), await exact(store, q, 50)
             assert np.allclose([d for _, d in got], [d for _, d in want], atol=1e-5)
@@ -185,7 +194,7 @@ async def test_int8_stage_narrows_the_exact_stage(filled):
     await store.vectors.wait_filled()  # a big store's int8 copies fill in the background
     rng = np.random.default_rng(9)
     for i in rng.integers(0, len(data), 25):
-        q = unit(data[i] + 0.6 * rng.standard_normal(DIM).astype(np.float32) / np.sqrt(DIM))
+        q = near(data[i], rng)
         for k in (10, 50):
             got, want = await knn(store, q, k), await exact(store, q, k)
             ids = store.vectors.candidates(q, k, (), ())
@@ -213,15 +222,11 @@ async def test_searches_before_the_int8_fill_are_exact(filled):
 
     store.vectors.borrow = held
     rng = np.random.default_rng(11)
-    queries = [
-        unit(data[i] + 0.6 * rng.standard_normal(DIM).astype(np.float32) / np.sqrt(DIM))
-        for i in rng.integers(0, len(data), 10)
-    ]
+    queries = [near(data[i], rng) for i in rng.integers(0, len(data), 10)]
     for q in queries:
         got, want = await knn(store, q), await exact(store, q)
         assert store.vectors.loaded and len(store.vectors.candidates(q, 10, (), ())) == 400
-        assert [c for c, _ in got] == [c for c, _ in want]
-        assert np.allclose([d for _, d in got], [d for _, d in want], atol=1e-5)
+        assert_same_hits(got, want)
     gate.set()
     await store.vectors.wait_filled()
     for q in queries:
@@ -238,11 +243,10 @@ async def test_small_stores_are_searched_exactly_in_memory(filled):
     assert store.vectors.memory_bytes() >= 3000 * DIM * 4
     rng = np.random.default_rng(17)
     for i in rng.integers(0, len(data), 25):
-        q = unit(data[i] + 0.6 * rng.standard_normal(DIM).astype(np.float32) / np.sqrt(DIM))
+        q = near(data[i], rng)
         for k, filters in ((10, NO_FILTERS), (50, Filters(kinds=("conversation",)))):
             got, want = await knn(store, q, k, filters), await exact(store, q, k, filters)
-            assert [c for c, _ in got] == [c for c, _ in want]
-            assert np.allclose([d for _, d in got], [d for _, d in want], atol=1e-5)
+            assert_same_hits(got, want)
     # Asked for everything, every chunk comes back once; deep down, float rounding may swap
     # neighbours whose distances differ by less than 1e-6, as between any two exact engines.
     got, want = await knn(store, data[7], 3000), await exact(store, data[7], 3000)
