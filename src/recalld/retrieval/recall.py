@@ -20,9 +20,10 @@ SciFact store a search took 0.72-0.90x the time at p50 (per-query median 0.81-0.
 of `python -m bench.search_trees`, old and new in alternating blocks, 300 queries, the same
 ranked ids, load average 8-11; see the README's Speed section). Reading the keyword hits'
 chunks there too made searches 1.18-1.21x slower in two such runs: work beside the embedding
-slows it more than a read after it costs. Where a store cannot give one of them from its
-pass (FTS5 before the mirror is built, PostgreSQL) the answer says so and recall asks as
-before: the searcher's cached frequencies, `matched_terms`, `keyword_scores`.
+slows it more than a read after it costs. Every store gives the ranked match and the
+matched terms from one read; where it cannot give the rest from its pass (FTS5 before the
+mirror is built, PostgreSQL) the answer says so and recall asks as before: the searcher's
+cached frequencies, `keyword_scores`.
 
 The query embedding runs beside the routes, not before them, and ONNX Runtime keeps one
 intra-op thread a core for it (issue 20, no contention inside a search): on the full SciFact
@@ -48,8 +49,8 @@ import numpy.typing as npt
 from recalld.errors import EmbeddingError, RecalldError
 from recalld.retrieval import completion, fusion, gate
 from recalld.retrieval.pipeline import Candidates, Query
-from recalld.storage.contract import KeywordAnswer, Reader, Store
-from recalld.storage.fts import match_expression, quote_term
+from recalld.storage.contract import KeywordAnswer, Store
+from recalld.storage.fts import match_expression
 from recalld.types import Tier
 
 EmbedQuery = Callable[[str], Awaitable[npt.NDArray[np.float32]]]
@@ -102,9 +103,9 @@ class Recalled:
 async def recall(asked: Query, store: Store, embed: EmbedQuery, doc_freqs: DocFreqs) -> Recalled:
     """Both routes at once, each the best `pool` chunks, then the keyword route's coverage.
 
-    The keyword route is one `keyword_search` that also brings, where the store has them from
-    the same pass, the terms' document frequencies (else `doc_freqs`), the matched terms for
-    the coverage (else `matched_terms`) and the scores score completion looks up (else
+    The keyword route is one `keyword_search` that also brings the matched terms for the
+    coverage and, where the store has them from the same pass, the terms' document
+    frequencies (else `doc_freqs`) and the scores score completion looks up (else
     `keyword_scores`).
 
     When the query cannot be embedded, a hybrid search answers by keywords alone and
@@ -170,15 +171,12 @@ async def recall(asked: Query, store: Store, embed: EmbedQuery, doc_freqs: DocFr
         # Our own errors keep their class (and so their code on the socket).
         raise group.exceptions[0] from None
     vec_hits = vec_task.result() if vec_task else []
-    answer, dfs, total = kw_task.result() if kw_task else (KeywordAnswer([]), [], 0)
+    answer, dfs, total = kw_task.result() if kw_task else (KeywordAnswer([], []), [], 0)
     kw_hits = answer.hits
     coverage = 0.0
     if kw_hits:
-        matched = answer.matched
-        if matched is None:
-            matched = await _matched(store, terms, kw_hits[: opts.coverage_depth])
         # The IDF-weighted share of the query the best hits contain: the most any one holds.
-        coverage = max(fusion.idf_coverage(dfs, m, total) for m in matched)
+        coverage = max(fusion.idf_coverage(dfs, m, total) for m in answer.matched)
     return Recalled(
         vec_hits, kw_hits, dfs, total, coverage, degraded, timings, vector_keyword, keyword_vectors
     )
@@ -187,19 +185,6 @@ async def recall(asked: Query, store: Store, embed: EmbedQuery, doc_freqs: DocFr
 def _completes(asked: Query) -> bool:
     """Whether score completion runs for this query."""
     return asked.settings.complete_scores and asked.settings.mode == "hybrid"
-
-
-async def _matched(
-    store: Store, terms: list[str], kw_hits: list[tuple[int, float]]
-) -> list[list[bool]]:
-    """Which terms each of the keyword hits given contains (`search.coverage_depth` hits)."""
-    expressions = [quote_term(t) for t in terms]
-    ids = [cid for cid, _ in kw_hits]
-
-    async def read(reader: Reader) -> list[list[bool]]:
-        return [await reader.matched_terms(cid, expressions) for cid in ids]
-
-    return await store.read(read)
 
 
 async def complete(

@@ -297,12 +297,10 @@ async def _candidates(
 
     async def routes(conn: Reader) -> tuple[Any, Any, list[int], list[list[bool]]]:
         vec = await conn.knn(vector, pool, scope)
-        kw = await conn.fts(expression, pool, scope)
+        # As a search reads it: the best matches and the terms the best `depth` hits hold.
+        keyword = await conn.keyword_search(terms, pool, scope, depth)
         dfs = [await conn.document_frequency(quote_term(t)) for t in terms]
-        quoted = [quote_term(t) for t in terms]
-        # As a search reads it: the most of the query any of the best `depth` hits holds.
-        matched = [await conn.matched_terms(cid, quoted) for cid, _ in kw[:depth]]
-        return vec, kw, dfs, matched
+        return vec, keyword.hits, dfs, keyword.matched
 
     vec_hits, kw_hits, dfs, matched = await store.read(routes)
     similarity = {cid: 1.0 - dist for cid, dist in vec_hits}

@@ -37,25 +37,25 @@ Embed = Callable[[Sequence[str]], Awaitable[npt.NDArray[np.float32]]]
 @dataclass(frozen=True, slots=True)
 class KeywordAnswer:
     """A search's keyword route from one pass over the matches (`Reader.keyword_search`):
-    what a search reads besides the best matches comes from the same pass where the backend
-    can give it for free, and is None where it cannot (the caller then asks the Reader's
-    single-purpose operation named below).
+    the best matches and the terms the best of them contain, and what else a search reads
+    where the backend can give it from the same pass for free (None where it cannot: the
+    caller then asks the Reader's single-purpose operation named below).
 
     Attributes:
         hits: The `k` best matches as `(chunk_id, score)`, best first (as `fts` gives them).
+        matched: For each of the best `depth` hits, which terms it contains, in the terms'
+            order (as `matched_terms` gives it).
         frequencies: Each term's document frequency, in the terms' order (None: ask
             `document_frequencies`).
         total: The chunk total those frequencies are counted against (0 when they are None).
-        matched: For each of the best `depth` hits, which terms it contains, in the terms'
-            order (None: ask `matched_terms`).
         scores: The score `keyword_scores` gives any chunk ids, looked up in this pass's
             scores without another query (None: ask `keyword_scores`).
     """
 
     hits: list[tuple[int, float]]
+    matched: list[list[bool]]
     frequencies: list[int] | None = None
     total: int = 0
-    matched: list[list[bool]] | None = None
     scores: Callable[[Sequence[int]], dict[int, float]] | None = None
 
 

@@ -63,7 +63,7 @@ class PgReader(contract.Reader):
         hits, matched = await readers.keyword_search(
             self.conn, match_expression(list(terms)), k, filters, quoted, depth
         )
-        return KeywordAnswer(hits, matched=matched)
+        return KeywordAnswer(hits, matched)
 
     async def keyword_scores(self, expression: str, ids: Sequence[int]) -> dict[int, float]:
         return await readers.keyword_scores(self.conn, expression, ids)

@@ -93,7 +93,7 @@ class SqliteReader(contract.Reader):
         hits = await readers.fts(self.conn, expression, k, filters)
         quoted = [quote_term(t) for t in terms]
         matched = [await readers.matched_terms(self.conn, cid, quoted) for cid, _ in hits[:depth]]
-        return KeywordAnswer(hits, matched=matched)
+        return KeywordAnswer(hits, matched)
 
     async def keyword_scores(self, expression: str, ids: Sequence[int]) -> dict[int, float]:
         found = None

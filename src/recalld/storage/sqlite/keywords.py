@@ -253,7 +253,7 @@ class Matches:
         report their matched terms)."""
         matched = [self.matched(cid) for cid, _ in hits[:depth]]
         total = self.snapshot.total_rows
-        return KeywordAnswer(hits, self.frequencies(), total, matched, self.scores_of)
+        return KeywordAnswer(hits, matched, self.frequencies(), total, self.scores_of)
 
     def filtered(self, allowed: set[int], k: int, depth: int) -> KeywordAnswer:
         """`answer` whose best rows are the `k` best that a filter allows."""
