@@ -35,3 +35,20 @@ def test_mmr_handles_missing_vectors_and_empty_input():
 def test_dedup_drops_identical_content_keeping_the_first():
     texts = {1: "Hello  world", 2: "hello world", 3: "other"}
     assert diversity.dedup([1, 2, 3], texts) == [1, 3]
+
+
+def test_dedup_stops_once_it_keeps_enough():
+    texts = {1: "a", 2: "A", 3: "b", 4: "c", 5: "d"}
+    assert diversity.dedup([1, 2, 3, 4, 5], texts, keep=2) == [1, 3]
+    assert diversity.dedup([1, 2, 3, 4, 5], texts, keep=9) == [1, 3, 4, 5]
+    # Only the texts looked at are read.
+    assert diversity.dedup([1, 3, 99], texts, keep=2) == [1, 3]
+
+
+def test_only_mmr_runs_between_dedup_and_limit():
+    # Dedup stops at `limit` kept candidates unless MMR, which chooses among all of them,
+    # runs before `limit` cuts the list.
+    from recalld.retrieval.stages import STAGES
+
+    names = [stage.name for stage in STAGES]
+    assert names[names.index("dedup") + 1 : names.index("limit")] == ["mmr"]

@@ -46,7 +46,9 @@ def cosines(
     q_norm = float(np.linalg.norm(q))
     out: dict[int, float] = {}
     for cid, vector in vectors.items():
-        norm = float(np.linalg.norm(vector)) * q_norm
+        # np.linalg.norm of a 1-D float vector is sqrt(v.dot(v)), bit for bit, behind ~3 us
+        # of checks a call (the keyword-only candidates: ~35 a search).
+        norm = float(np.sqrt(vector.dot(vector))) * q_norm
         out[cid] = float(np.dot(vector, q)) / norm if norm > 0 else 0.0
     return out
 

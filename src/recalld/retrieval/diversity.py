@@ -10,11 +10,14 @@ import numpy.typing as npt
 from recalld.retrieval.pipeline import Candidates, Query, Stage
 
 
-def dedup(ids: Sequence[int], texts: Mapping[int, str]) -> list[int]:
-    """Drop later items whose whitespace-normalised text equals an earlier one's."""
+def dedup(ids: Sequence[int], texts: Mapping[int, str], keep: int | None = None) -> list[int]:
+    """Drop later items whose whitespace-normalised text equals an earlier one's; with
+    `keep`, stop once that many are kept (the rest are not looked at)."""
     seen: set[str] = set()
     kept: list[int] = []
     for item in ids:
+        if keep is not None and len(kept) >= keep:
+            break
         key = " ".join(texts[item].split()).casefold()
         if key not in seen:
             seen.add(key)
@@ -66,7 +69,10 @@ class Dedup(Stage):
         return query.settings.dedup
 
     async def run(self, query: Query, found: Candidates) -> None:
-        found.order = dedup(found.order, {c: found.chunks[c].text for c in found.order})
+        # Without MMR the next stage is `limit`, which keeps the first `limit`: normalising
+        # the other candidates' texts (~0.3 ms of 50 at 100k chunks) would be thrown away.
+        keep = None if query.settings.mmr else query.limit
+        found.order = dedup(found.order, {c: found.chunks[c].text for c in found.order}, keep)
 
 
 class MMR(Stage):

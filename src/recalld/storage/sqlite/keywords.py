@@ -160,11 +160,10 @@ class Snapshot:
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
         """Every row matching any token, as `(chunk ids ascending, -bm25)`, computed as FTS5's
         bm25() does for an OR of these one-token phrases, in this order."""
-        found = [self.postings(t) for t in tokens]
-        score = np.zeros(len(self.rowids), dtype=np.float64)
-        hit = np.zeros(len(self.rowids), dtype=bool)
         n_rows, avgdl = float(self.total_rows), self.avgdl
-        for rows, counts in found:
+        term_rows: list[npt.NDArray[np.int32]] = []
+        parts: list[npt.NDArray[np.float64]] = []
+        for rows, counts in (self.postings(t) for t in tokens):
             if not len(rows):
                 continue  # adds 0.0 to every row in FTS5: no change
             hits = float(len(rows))
@@ -174,11 +173,18 @@ class Snapshot:
             freq = counts.astype(np.float64)
             size = self.lengths[rows]
             # The expression of fts5Bm25Function, operation for operation.
-            part = idf * ((freq * (_K1 + 1.0)) / (freq + _K1 * (1 - _B + _B * size / avgdl)))
-            score[rows] += part
-            hit[rows] = True
-        matched = np.flatnonzero(hit)
-        return self.rowids[matched], score[matched]
+            term_rows.append(rows)
+            parts.append(idf * ((freq * (_K1 + 1.0)) / (freq + _K1 * (1 - _B + _B * size / avgdl))))
+        if len(term_rows) <= 1:
+            rows = term_rows[0] if term_rows else self.rows[:0]
+            return self.rowids[rows], parts[0] if parts else np.zeros(0, dtype=np.float64)
+        # Over the postings only, not arrays of every row (100k rows: ~0.1 ms a query; 1M: ~10x):
+        # bincount adds each row's parts in the order given, the terms' order, from 0.0, as
+        # FTS5 sums them, so the scores are the same doubles.
+        matched, at = np.unique(np.concatenate(term_rows), return_inverse=True)
+        summed = np.bincount(at, weights=np.concatenate(parts), minlength=len(matched))
+        score: npt.NDArray[np.float64] = np.asarray(summed, dtype=np.float64)  # already is
+        return self.rowids[matched], score
 
     def frequency(self, tokens: Sequence[str]) -> int:
         """How many rows hold any of `tokens` (FTS5's count of an OR of them)."""
