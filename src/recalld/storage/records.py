@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,29 +121,48 @@ def row_to_chunk(row: Any) -> Chunk:
     A number that cannot be sent as JSON (an `inf` event time an older recalld let in) is read
     as unknown, so one bad row cannot fail a whole search; `check` reports it by id.
     """
+    (cid, document_id, source, position, kind, granularity, key, parent_id, text, tokens, tags,
+     memory_type, importance, event_time, created_at, access_count, last_accessed_at,
+     retrieval_count, last_retrieved_at, status, meta) = row  # fmt: skip
     return Chunk(
-        id=int(row[0]),
-        document_id=int(row[1]),
-        source=row[2],
-        position=row[3],
-        kind=row[4],
-        granularity=row[5],
-        key=row[6],
-        parent_id=None if row[7] is None else int(row[7]),
-        text=row[8],
-        token_count=row[9],
-        tags=tuple(t for t in json_column(row[10], []) if isinstance(t, str)),
-        memory_type=row[11],
-        importance=limits.number_or(row[12], 0.5),
-        event_time=limits.time_or_none(row[13]),
-        created_at=limits.number_or(row[14], 0.0),
-        access_count=row[15],
-        last_accessed_at=limits.time_or_none(row[16]),
-        retrieval_count=row[17],
-        last_retrieved_at=limits.time_or_none(row[18]),
-        status=row[19],
-        meta=json_column(row[20], {}),
+        id=int(cid),
+        document_id=int(document_id),
+        source=source,
+        position=position,
+        kind=kind,
+        granularity=granularity,
+        key=key,
+        parent_id=None if parent_id is None else int(parent_id),
+        text=text,
+        token_count=tokens,
+        tags=() if tags == "[]" else tuple(t for t in json_column(tags, []) if isinstance(t, str)),
+        memory_type=memory_type,
+        importance=_number_or(importance, 0.5),
+        event_time=_time_or_none(event_time),
+        created_at=_number_or(created_at, 0.0),
+        access_count=access_count,
+        last_accessed_at=_time_or_none(last_accessed_at),
+        retrieval_count=retrieval_count,
+        last_retrieved_at=_time_or_none(last_retrieved_at),
+        status=status,
+        meta=json_column(meta, {}),
     )
+
+
+# Searches read ~50 chunks each: the common values (a float in range, or no time) are
+# answered before the general rules of `limits`, which give the same for them.
+def _number_or(value: Any, default: float) -> float:
+    if type(value) is float and math.isfinite(value):
+        return value
+    return limits.number_or(value, default)
+
+
+def _time_or_none(value: Any) -> float | None:
+    if value is None:
+        return None
+    if type(value) is float and limits.TIME_MIN <= value <= limits.TIME_MAX:
+        return value
+    return limits.time_or_none(value)
 
 
 def row_to_document(row: Any) -> Document:
