@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import simsimd
 
 from recalld.errors import QueryError
 from recalld.storage import records
@@ -124,15 +125,11 @@ async def test_cascade_returns_the_exact_top_10(filled):
     assert store.vectors.use_for((), ())
 
 
-@pytest.mark.parametrize("direct_max", [0, 8_192])
-async def test_both_routes_to_the_int8_stage_return_the_exact_top_10(filled, direct_max):
-    """Few stage-1 survivors (here 2,000) go straight to the int8 stage; more go through
-    the two bit stages first (`int8_direct_max` = 0 forces that): both find the exact top 10.
-    Asked for 50, the direct route's int8 scores over every survivor find the exact 50 too."""
+async def test_the_int8_stage_over_every_survivor_returns_the_exact_top_10(filled):
+    """Every stage-1 survivor (here 2,000) is scored on its int8 copy: the exact top 10, and
+    asked for 50, the exact 50 too."""
     store, data = filled
-    store.vectors.tuning = dataclasses.replace(
-        vectors.Tuning(), exact_below=0, int8_direct_max=direct_max
-    )
+    store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
     await knn(store, data[0])
     await store.vectors.wait_filled()
     rng = np.random.default_rng(12)
@@ -140,9 +137,35 @@ async def test_both_routes_to_the_int8_stage_return_the_exact_top_10(filled, dir
         q = near(data[i], rng)
         got, want = await knn(store, q), await exact(store, q)
         assert_same_hits(got, want)
-        if direct_max:
-            got, want = await knn(store, q, 50), await exact(store, q, 50)
-            assert np.allclose([d for _, d in got], [d for _, d in want], atol=1e-5)
+        got, want = await knn(store, q, 50), await exact(store, q, 50)
+        assert np.allclose([d for _, d in got], [d for _, d in want], atol=1e-5)
+
+
+@pytest.mark.parametrize("kernels", ["serial", "haswell"])
+async def test_the_cascade_is_exact_on_older_cpus(filled, kernels):
+    """simsimd picks its kernels per CPU at run time: with only its portable C kernels, or
+    only the AVX2 ones (Haswell), Hamming and the int8 stage give the same exact top 10."""
+    newer = ["skylake", "ice", "genoa", "sapphire", "turin"]
+    turned_off = [c for c, on in simsimd.get_capabilities().items() if on and c != "serial"]
+    if kernels == "haswell":
+        if "haswell" not in turned_off:
+            pytest.skip("this CPU has no AVX2")
+        turned_off = [c for c in turned_off if c in newer]
+    store, data = filled
+    store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=0)
+    await knn(store, data[0])
+    await store.vectors.wait_filled()
+    rng = np.random.default_rng(13)
+    queries = [near(data[i], rng) for i in rng.integers(0, len(data), 10)]
+    for capability in turned_off:
+        simsimd.disable_capability(capability)
+    try:
+        for q in queries:
+            got, want = await knn(store, q), await exact(store, q)
+            assert_same_hits(got, want)
+    finally:
+        for capability in turned_off:
+            simsimd.enable_capability(capability)
 
 
 async def test_tight_cascade_keeps_recall(filled):
@@ -160,15 +183,14 @@ async def test_tight_cascade_keeps_recall(filled):
 def test_hamming_counts_its_distances_half_by_half():
     rng = np.random.default_rng(4)
     n, words = 150_000, vectors.code_bytes(DIM) // 16  # more than two blocks a half
-    codes = rng.integers(0, 2**63, (2 * words, n), dtype=np.uint64)
+    signs = rng.integers(0, 2**63, (n, words), dtype=np.uint64)
     qcode = rng.integers(0, 2**63, words, dtype=np.uint64)
     dist = np.empty(n, dtype=np.uint16)
     bins = words * 64 + 2
     halves = [
-        vectors._hamming(codes, qcode, words, dist, lo, hi, bins)
-        for lo, hi in ((0, n // 2), (n // 2, n))
+        vectors._hamming(signs, qcode, dist, lo, hi, bins) for lo, hi in ((0, n // 2), (n // 2, n))
     ]
-    bits = np.unpackbits((codes[:words] ^ qcode[:, None]).T.copy().view(np.uint8), axis=1)
+    bits = np.unpackbits((signs ^ qcode).view(np.uint8), axis=1)
     assert np.array_equal(dist, bits.sum(axis=1))
     assert np.array_equal(halves[0] + halves[1], np.bincount(dist, minlength=bins))
 
@@ -198,14 +220,15 @@ async def test_int8_stage_narrows_the_exact_stage(filled):
         for k in (10, 50):
             got, want = await knn(store, q, k), await exact(store, q, k)
             ids = store.vectors.candidates(q, k, (), ())
-            assert len(ids) == max(16, 2 * k)  # of 400 stage-3 survivors
+            assert len(ids) == max(16, 2 * k)  # of 2,000 stage-1 survivors
             assert [c for c, _ in got][:10] == [c for c, _ in want][:10]
             assert np.allclose([d for _, d in got][:10], [d for _, d in want][:10], atol=1e-5)
 
 
 async def test_searches_before_the_int8_fill_are_exact(filled):
     """A big store publishes its codes first and fills the int8 copies in the background;
-    meanwhile every stage-3 survivor goes to the exact stage, and results are exact."""
+    meanwhile the bit stages narrow the stage-1 survivors without one, every stage-3 survivor
+    goes to the exact stage, and results are exact."""
     store, data = filled
     store.vectors.tuning = dataclasses.replace(
         vectors.Tuning(), exact_below=0, stage3_min=400, final_min=16, final_per_k=2

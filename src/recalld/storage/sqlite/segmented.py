@@ -15,10 +15,10 @@ its own scales, so a generation that did not see the scale never reads the copy)
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import numpy.typing as npt
+
+from recalld.storage.sqlite import kernels
 
 SEGMENT_ROWS = 65_536
 
@@ -65,18 +65,19 @@ class SegmentedRows:
             out[chosen] = self.segments[int(s)][offset[chosen]]
         return out
 
-    def dot(self, slots: npt.NDArray[np.intp], vector: npt.NDArray[np.float32]) -> npt.NDArray[Any]:
-        """Each row at `slots` (ascending) dotted with `vector`, in that order: one gather and
-        one product per segment (each segment's slots are one run), without the masks and the
-        whole gathered copy of `take` (~0.5x its time at 4k rows)."""
+    def dot(
+        self, slots: npt.NDArray[np.intp], vector: npt.NDArray[np.int8]
+    ) -> npt.NDArray[np.int32]:
+        """Each row at `slots` (ascending) dotted with the int8 `vector`, in that order, as
+        exact int32 sums: one gather and one SIMD product per segment (each segment's slots
+        are one run)."""
         edges = np.searchsorted(slots, np.arange(1, len(self.segments)) * SEGMENT_ROWS)
         parts = [
-            # einsum converts int8 as it goes: no float copy of the gathered rows.
-            np.einsum("ij,j->i", self.segments[s][run - s * SEGMENT_ROWS], vector)
+            kernels.dot_int8(vector, self.segments[s].take(run - s * SEGMENT_ROWS, axis=0))
             for s, run in enumerate(np.split(slots, edges))
             if len(run)
         ]
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
 
     def put(self, slots: npt.NDArray[np.intp], rows: npt.NDArray[np.int8]) -> None:
         """Write `rows` at `slots`."""

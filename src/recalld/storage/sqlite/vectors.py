@@ -8,19 +8,21 @@ bytes a 384-d chunk, so at most ~38 MB: the copies are dropped above 1.25 x `exa
 answers exactly with one matrix-vector product (~1 ms at 14k). Above it, `Reader.knn` runs
 this cascade:
 
-1. **Hamming** distance between the query's sign bits and every chunk's, over a column-major
-   matrix of 64-bit words held in memory (~11 ms per million 384-d chunks).
-2. **Sign score**: the float query against each survivor's +-1 signs, through per-byte lookup
-   tables. On MiniLM vectors it needs ~4x fewer candidates than Hamming for the same recall.
-3. **Two-bit score**: the same with a magnitude bit per dimension (four levels), which needs
-   ~4x fewer again; 96 bytes of code per 384-d chunk in all (96 MB per million).
-4. **Int8 score**: the float query against each survivor's int8 copy (one byte a dimension
-   and a float32 scale, held in memory: 388 bytes a 384-d chunk), which ranks within ~1e-3 of
+1. **Hamming** distance between the query's sign bits and every chunk's, held row-major in
+   memory (48 bytes a 384-d chunk), by simsimd's popcount kernels in 64k-row blocks, two
+   threads above 200k rows (~5 ms per million 384-d chunks on 2 cores).
+2. **Int8 score**: the query, quantised to int8, against each survivor's int8 copy (one byte
+   a dimension and a float32 scale, held in memory: 388 bytes a 384-d chunk), by simsimd's
+   int8 dot product (~2.5 ms for 30k survivors with their gather); it ranks within ~1e-3 of
    exact cosine.
-5. **Exact** cosine distance in SQLite for the best few dozen of those, from `vector_floats`, a
+3. **Exact** cosine distance in SQLite for the best few dozen of those, from `vector_floats`, a
    plain table whose rows are cheap to fetch by id (vec0 point lookups cost ~0.1 ms a row).
-   Reading every stage-3 survivor here instead (2,500 random rows at a million chunks) was
-   the cascade's largest cost.
+
+Until the background fill gives a row its int8 copy (the seconds after a big store's load),
+survivors without one are narrowed by two bit stages instead, from the codes alone: the float
+query against their +-1 signs (per-byte lookup tables; on MiniLM vectors ~4x fewer candidates
+than Hamming for the same recall), then against two bits a dimension (sign and a magnitude
+bit, four levels; ~4x fewer again), and the best of those go to the exact stage.
 
 Consistency: `vector_codes` and `vector_floats` are written by `insert` / `delete` on the writer
 connection, inside the caller's transaction. The in-memory mirror (`VectorIndex`) is loaded
@@ -56,6 +58,7 @@ import numpy as np
 import numpy.typing as npt
 from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
+from recalld.storage.sqlite import kernels
 from recalld.storage.sqlite.segmented import SegmentedRows
 
 logger = logging.getLogger(__name__)
@@ -102,14 +105,14 @@ class Tuning:
             held in memory (loaded with the mirror; kept up to 1.25 x this, then dropped).
         exact_in_memory: False: small stores use sqlite-vec's exact KNN instead (the
             baseline benchmarks and tests compare against).
-        stage1_fraction, stage1_min: Hamming distance on the sign bits.
-        stage2_fraction, stage2_min: The float query against the sign bits.
-        stage3_fraction, stage3_min: The float query against two bits a dimension (sign and
-            magnitude); these are scored on their int8 copies.
+        stage1_fraction, stage1_min: Hamming distance on the sign bits; every survivor
+            with an int8 copy is scored on it.
+        stage2_fraction, stage2_min: Survivors without an int8 copy yet (the background
+            fill): the float query against their sign bits.
+        stage3_fraction, stage3_min: Then against two bits a dimension (sign and
+            magnitude); these go to the exact stage.
         per_k: Floor for stages 2 and 3, per result asked for.
         final_per_k, final_min: The best by int8 score that are rescored exactly in SQLite.
-        int8_direct_max: Stage-1 survivors up to this many are scored on their int8 copies
-            directly, skipping stages 2 and 3.
     """
 
     exact_below: int = 20_000
@@ -123,7 +126,6 @@ class Tuning:
     per_k: int = 4
     final_per_k: int = 2
     final_min: int = 32
-    int8_direct_max: int = 8_192
 
 
 def code_bytes(dimension: int) -> int:
@@ -162,7 +164,18 @@ def quantize(
 class _Arrays:
     """One generation of the mirror's arrays; a search keeps the object it started with."""
 
-    __slots__ = ("alive", "codes", "floats", "grans", "ids", "int8", "kinds", "scales", "size")
+    __slots__ = (
+        "alive",
+        "floats",
+        "grans",
+        "ids",
+        "int8",
+        "kinds",
+        "magnitudes",
+        "scales",
+        "signs",
+        "size",
+    )
 
     def __init__(
         self,
@@ -172,7 +185,10 @@ class _Arrays:
         floats: bool,
         int8: SegmentedRows | None = None,
     ) -> None:
-        self.codes = np.zeros((words, capacity), dtype=np.uint64)  # column-major: fast popcount
+        # The two bit planes of each code, row-major: simsimd's Hamming kernel reads a row's
+        # sign words as one contiguous run. The magnitudes serve only rows without an int8 copy.
+        self.signs = np.zeros((capacity, words), dtype=np.uint64)
+        self.magnitudes = np.zeros((capacity, words), dtype=np.uint64)
         # Row-major int8 copies for the cascade's last in-memory stage, in segments that a
         # grown generation shares (storage/sqlite/segmented.py).
         self.int8 = int8 if int8 is not None else SegmentedRows(capacity, dimension)
@@ -191,14 +207,23 @@ class _Arrays:
     def capacity(self) -> int:
         return int(self.ids.shape[0])
 
+    def put_codes(self, start: int, codes: npt.NDArray[np.uint8]) -> None:
+        """Write `encode`d codes (rows of both planes' bytes) at slots `start`, ..."""
+        words = np.ascontiguousarray(codes).view(np.uint64)
+        end = start + len(words)
+        split = self.signs.shape[1]
+        self.signs[start:end] = words[:, :split]
+        self.magnitudes[start:end] = words[:, split:]
+
     def grown(self, needed: int) -> _Arrays:
         """A copy with room for `needed` more rows."""
         capacity = max(1024, 2 * self.capacity, self.size + needed)
         # The int8 rows are not copied: the full segments are shared.
         int8 = self.int8.grown(capacity)
-        new = _Arrays(self.codes.shape[0], capacity, int8.width, self.floats is not None, int8)
+        new = _Arrays(self.signs.shape[1], capacity, int8.width, self.floats is not None, int8)
         n = self.size
-        new.codes[:, :n] = self.codes[:, :n]
+        new.signs[:n] = self.signs[:n]
+        new.magnitudes[:n] = self.magnitudes[:n]
         if new.floats is not None and self.floats is not None:
             new.floats[:n] = self.floats[:n]
         for name in ("ids", "kinds", "grans", "alive", "scales"):
@@ -269,7 +294,8 @@ class VectorIndex:
         if a is None:
             return 0
         arrays: list[npt.NDArray[Any]] = [
-            a.codes,
+            a.signs,
+            a.magnitudes,
             a.ids,
             a.kinds,
             a.grans,
@@ -434,7 +460,7 @@ class VectorIndex:
             # A new object: searches running on the old one keep reading it unchanged.
             a = self._arrays = a.grown(count)
         start, end = a.size, a.size + count
-        a.codes[:, start:end] = np.ascontiguousarray(codes).view(np.uint64).T
+        a.put_codes(start, codes)
         copies, a.scales[start:end] = quantize(floats, self.dimension)
         a.int8.put_range(start, copies)
         if a.floats is not None:
@@ -451,10 +477,11 @@ class VectorIndex:
         assert old is not None
         keep = np.flatnonzero(old.alive[: old.size])
         new = _Arrays(
-            2 * self._words, max(1024, len(keep) * 5 // 4), self.dimension, old.floats is not None
+            self._words, max(1024, len(keep) * 5 // 4), self.dimension, old.floats is not None
         )
         n = len(keep)
-        new.codes[:, :n] = old.codes[:, keep]
+        new.signs[:n] = old.signs[keep]
+        new.magnitudes[:n] = old.magnitudes[keep]
         for lo in range(0, n, _MIRROR_BATCH):  # in batches: no whole-store temporary
             new.int8.put_range(lo, old.int8.take(keep[lo : lo + _MIRROR_BATCH]))
         new.scales[:n] = old.scales[keep]
@@ -486,7 +513,7 @@ class VectorIndex:
             total = int(row[0]) if row is not None else 0
             # Rows arrive in batches straight into the arrays: no million-item Python lists.
             small = total < self.tuning.exact_below
-            arrays = _Arrays(2 * self._words, max(1024, total * 5 // 4), self.dimension, small)
+            arrays = _Arrays(self._words, max(1024, total * 5 // 4), self.dimension, small)
             # A big store's int8 copies are filled after publishing, in the background: reading
             # every float copy (1.5 GB at a million 384-d chunks) made the first search wait.
             inline = small or self.borrow is None
@@ -515,7 +542,7 @@ class VectorIndex:
         width = code_bytes(self.dimension)
         start, end = arrays.size, arrays.size + len(rows)
         matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.uint8)
-        arrays.codes[:, start:end] = matrix.reshape(len(rows), width).view(np.uint64).T
+        arrays.put_codes(start, matrix.reshape(len(rows), width))
         arrays.ids[start:end] = [r[0] for r in rows]
         arrays.kinds[start:end] = [self._label(r[2]) for r in rows]
         arrays.grans[start:end] = [self._label(r[3]) for r in rows]
@@ -534,8 +561,9 @@ class VectorIndex:
 
     async def _fill_int8(self, load: int) -> None:
         """Quantise the float copies of every row without an int8 copy (scale 0), in batches
-        read by chunk id range on a borrowed reader; until a row has its copy, stage 4 sends
-        it to the exact stage in SQLite, so searches stay exact meanwhile, only slower.
+        read by chunk id range on a borrowed reader; until a row has its copy, the bit stages
+        rank it and their best go to the exact stage in SQLite, so searches stay exact
+        meanwhile, only slower.
 
         Rows are written on the event loop's thread, where commits apply, so a compaction or
         growth never copies a half-written row; a pass repeats on the arrays' new generation.
@@ -653,12 +681,13 @@ class VectorIndex:
     def candidates(
         self, query: FloatArray, k: int, kinds: Sequence[str], granularities: Sequence[str]
     ) -> list[int]:
-        """Stages 1-4: the chunk ids to rescore exactly (blocking numpy; run in a thread)."""
+        """Stages 1-2 (and the bit stages for rows without an int8 copy): the chunk ids to
+        rescore exactly (blocking; run in a thread)."""
         a = self._arrays
         if a is None:
             return []
         n = a.size
-        codes, ids, alive = a.codes, a.ids, a.alive
+        signs, ids, alive = a.signs, a.ids, a.alive
         # Fewer bits rank worse: the tuning was measured at 384 dimensions (MiniLM), so
         # smaller vectors keep proportionally more candidates.
         live = self._live * max(1.0, 384 / self.dimension)
@@ -667,8 +696,8 @@ class VectorIndex:
         q = np.asarray(query, dtype=np.float32).reshape(-1)[: self.dimension]
         qcode = encode(q, self.dimension).view(np.uint64).reshape(-1)[:words]
 
-        # Stage 1: Hamming distance over every row, one 64-bit word column at a time; big
-        # stores in two halves on two threads (numpy releases the GIL).
+        # Stage 1: Hamming distance over every row; big stores in two halves on two threads
+        # (simsimd releases the GIL).
         dist = np.empty(n, dtype=np.uint16)
         halves = [(0, n)] if n < _SPLIT_ABOVE else [(0, n // 2), (n // 2, n)]
         sentinel = words * 64 + 1
@@ -676,10 +705,10 @@ class VectorIndex:
         bins = sentinel + 1
         if len(halves) == 1:
             # In this thread: a hop to the pool cost more than the stage (~1 ms at 100k).
-            counted = [_hamming(codes, qcode, words, dist, 0, n, bins)]
+            counted = [_hamming(signs, qcode, dist, 0, n, bins)]
         else:
             counted = list(
-                _pool().map(lambda r: _hamming(codes, qcode, words, dist, r[0], r[1], bins), halves)
+                _pool().map(lambda r: _hamming(signs, qcode, dist, r[0], r[1], bins), halves)
             )
         filtered = bool(kinds or granularities)
         if filtered or self._dead:
@@ -705,24 +734,28 @@ class VectorIndex:
             cumulative = np.cumsum(histogram)
             cut = int(np.searchsorted(cumulative, keep1))
             first = np.flatnonzero(dist <= cut)
-        keep2 = max(t.stage2_min, t.per_k * k, int(t.stage2_fraction * live))
-        keep3 = max(t.stage3_min, t.per_k * k, int(t.stage3_fraction * live))
-        if len(first) <= keep3:
-            return [int(i) for i in ids[first]]
-        if len(first) <= t.int8_direct_max and bool(np.all(a.scales[first] > 0)):
-            # Few survivors, every int8 copy filled: stage 4 scores them all, skipping
-            # stages 2 and 3, which cost more per row and rank worse.
-            return [int(i) for i in ids[self._int8_stage(a, q, k, first)]]
 
-        # One BLAS thread: these products are small, and OpenBLAS's extra threads spin (on a
-        # loaded machine the int8 product alone took ~27 ms at a million chunks).
-        with _blas().limit(limits=1, user_api="blas"):
-            return [int(i) for i in ids[self._rerank(a, q, k, first, keep2, keep3)]]
+        # Stage 2 on every survivor with an int8 copy; the bit stages narrow the rest.
+        scales = a.scales[first]  # before the copies: a row's scale is written last
+        ready = scales > 0
+        chosen = self._int8_stage(a, q, k, first[ready], scales[ready])
+        waiting = first[~ready]
+        if len(waiting):
+            keep2 = max(t.stage2_min, t.per_k * k, int(t.stage2_fraction * live))
+            keep3 = max(t.stage3_min, t.per_k * k, int(t.stage3_fraction * live))
+            if len(waiting) > keep3:
+                # One BLAS thread: these products are small, and OpenBLAS's extra threads
+                # spin.
+                with _blas().limit(limits=1, user_api="blas"):
+                    waiting = self._bit_stages(a, q, waiting, keep2, keep3)
+            chosen = np.concatenate([chosen, waiting])
+        return [int(i) for i in ids[chosen]]
 
-    def _rerank(
-        self, a: _Arrays, q: FloatArray, k: int, first: npt.NDArray[np.intp], keep2: int, keep3: int
+    def _bit_stages(
+        self, a: _Arrays, q: FloatArray, rows: npt.NDArray[np.intp], keep2: int, keep3: int
     ) -> npt.NDArray[np.intp]:
-        """Stages 2-4 on the stage-1 survivors `first` (slots); returns the slots to rescore."""
+        """The float query against the sign bits of `rows` (slots), then against two bits a
+        dimension; returns the best `keep3` slots."""
         words = self._words
         # Lookup tables: tables[j, byte] = sum of q over the bits set in byte j.
         padded = np.zeros(words * 64, dtype=np.float32)
@@ -730,15 +763,11 @@ class VectorIndex:
         tables = _BYTE_BITS.astype(np.float32) @ padded.reshape(-1, 8).T
         tables = np.ascontiguousarray(tables.T)
 
-        def columns(rows: range) -> npt.NDArray[np.uint8]:
-            # Byte j of each survivor's plane as row j (byte b of word w is j = 8w + b), so
-            # each lookup is one small-table gather over a contiguous row. One take per word
-            # row: ~0.6x the time of a.codes[rows, first] at a million chunks.
-            taken = np.empty((len(rows), len(first)), dtype=np.uint64)
-            for row, w in zip(taken, rows, strict=True):
-                a.codes[w].take(first, out=row)
-            by_byte = taken.view(np.uint8).reshape(words, len(first), 8).transpose(0, 2, 1)
-            out: npt.NDArray[np.uint8] = np.ascontiguousarray(by_byte).reshape(words * 8, -1)
+        def columns(plane: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint8]:
+            # Byte j of each row's plane as row j (byte b of word w is j = 8w + b), so each
+            # lookup is one small-table gather over a contiguous row.
+            taken = plane.take(rows, axis=0).view(np.uint8)
+            out: npt.NDArray[np.uint8] = np.ascontiguousarray(taken.T)
             return out
 
         def lookup(planes: npt.NDArray[np.uint8]) -> npt.NDArray[np.float32]:
@@ -749,45 +778,42 @@ class VectorIndex:
                 out += tables[j].take(planes[j])
             return out
 
-        # Stage 2: q . s, with s the +-1 signs (= 2 x lookup(signs) - sum(q); ranks alike).
-        signs = columns(range(words))
+        # q . s, with s the +-1 signs (= 2 x lookup(signs) - sum(q); ranks alike).
+        signs = columns(a.signs)
         score = lookup(signs)
-        if len(first) > keep2:
+        if len(rows) > keep2:
             best = np.argpartition(-score, keep2 - 1)[:keep2]
-            first, signs, score = first[best], signs[:, best], score[best]
+            rows, signs, score = rows[best], signs[:, best], score[best]
 
-        # Stage 3: q . (s x (0.5 + m)), m the magnitude bit; up to constants that is
+        # q . (s x (0.5 + m)), m the magnitude bit; up to constants that is
         # lookup(s) + 2 lookup(s & m) - lookup(m).
-        mags = columns(range(words, 2 * words))
+        mags = columns(a.magnitudes)
         score = score + 2 * lookup(signs & mags) - lookup(mags)
-        best = np.argpartition(-score, keep3 - 1)[:keep3]
-        return self._int8_stage(a, q, k, first[best])
+        if len(rows) <= keep3:
+            return rows
+        return rows[np.argpartition(-score, keep3 - 1)[:keep3]]
 
     def _int8_stage(
-        self, a: _Arrays, q: FloatArray, k: int, rows: npt.NDArray[np.intp]
+        self,
+        a: _Arrays,
+        q: FloatArray,
+        k: int,
+        rows: npt.NDArray[np.intp],
+        scales: FloatArray,
     ) -> npt.NDArray[np.intp]:
-        """Stage 4: q . x on the int8 copies of `rows` (slots); returns the best few, which
-        go to the exact stage, with every row whose copy the background fill has not reached
-        yet (scale 0)."""
+        """Stage 2: the int8 query against the int8 copies of `rows` (slots with copies, and
+        their `scales`); returns the best few, which go to the exact stage."""
         t = self.tuning
-        keep4 = max(t.final_min, t.final_per_k * k)
-        if len(rows) <= keep4:
+        keep = max(t.final_min, t.final_per_k * k)
+        if len(rows) <= keep:
             return rows
-        scales = a.scales[rows]  # before the copies: a row's scale is written last
-        ready = scales > 0
-        waiting = rows[~ready]
-        if len(waiting):
-            rows, scales = rows[ready], scales[ready]
         # Ascending slots, so each segment is read in one run (the order is free: the exact
-        # stage sorts). An einsum per segment takes ~0.6x `astype(float32) @ q`'s time.
+        # stage sorts). The query's own scale is one factor for every row: left out.
         order = np.argsort(rows)
         rows, scales = rows[order], scales[order]
-        score = a.int8.dot(rows, q) * scales
-        if len(rows) > keep4:
-            rows = rows[np.argpartition(-score, keep4 - 1)[:keep4]]
-        if len(waiting):
-            rows = np.concatenate([rows, waiting])
-        return rows
+        query, _ = quantize(q, self.dimension)
+        score = a.int8.dot(rows, query[0]) * scales
+        return rows[np.argpartition(-score, keep - 1)[:keep]]
 
 
 _SPLIT_ABOVE = 200_000
@@ -812,36 +838,23 @@ def _pool() -> ThreadPoolExecutor:
 
 
 def _hamming(
-    codes: npt.NDArray[np.uint64],
+    signs: npt.NDArray[np.uint64],
     qcode: npt.NDArray[np.uint64],
-    words: int,
     out: npt.NDArray[np.uint16],
     start: int,
     end: int,
     bins: int,
 ) -> npt.NDArray[np.intp]:
-    """Hamming distances of rows [start, end) into `out`; returns how many rows have each
-    distance (`bins` counts)."""
-    # Block by block, through small scratch arrays that stay in cache: whole-column
-    # temporaries (8 MB a word per million rows, written and read back for each word) made
-    # this stage memory-bound; blocks of 16k rows took ~0.65x the time at a million chunks.
-    # The counts too: one bincount over a million distances took ~2x the time of the blocks'.
-    width = min(_HAMMING_BLOCK, end - start)
-    xored = np.empty(width, dtype=np.uint64)
-    counts = np.empty(width, dtype=np.uint8)
+    """Hamming distances of rows [start, end) of `signs` into `out`; returns how many rows
+    have each distance (`bins` counts)."""
+    # Block by block, so each block's distances are counted while they are in cache: one
+    # bincount over a million distances took ~2x the time of the blocks'.
+    query = qcode.view(np.uint8)
     histogram = np.zeros(bins, dtype=np.intp)
     for lo in range(start, end, _HAMMING_BLOCK):
         hi = min(end, lo + _HAMMING_BLOCK)
-        m = hi - lo
-        acc = out[lo:hi]
-        for w in range(words):
-            np.bitwise_xor(codes[w, lo:hi], qcode[w], out=xored[:m])
-            np.bitwise_count(xored[:m], out=counts[:m])
-            if w == 0:
-                acc[:] = counts[:m]
-            else:
-                acc += counts[:m]
-        histogram += np.bincount(acc, minlength=bins)
+        out[lo:hi] = kernels.hamming(query, signs[lo:hi].view(np.uint8))
+        histogram += np.bincount(out[lo:hi], minlength=bins)
     return histogram
 
 
