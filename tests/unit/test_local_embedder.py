@@ -126,8 +126,8 @@ def int8(cache_dir: Path) -> LocalEmbedder:
 
 
 def test_model_ids_name_the_variant(fp32: LocalEmbedder, int8: LocalEmbedder) -> None:
-    assert fp32.model_id == "minilm-l6-v2/onnx-fp32-v2"
-    assert int8.model_id == "minilm-l6-v2/onnx-int8pc-v2"
+    assert fp32.model_id == "minilm-l6-v2/onnx-fp32-v3"
+    assert int8.model_id == "minilm-l6-v2/onnx-int8pc-v3"
     assert fp32.graph_path != int8.graph_path
     assert int8.dimension == DIMENSION == 384
     assert int8.max_tokens == 256
@@ -224,7 +224,7 @@ def test_count_tokens_excludes_specials(int8: LocalEmbedder) -> None:
 def test_second_construction_reuses_the_cache(int8: LocalEmbedder, cache_dir: Path) -> None:
     path = int8.graph_path
     assert path.parent == cache_dir
-    assert path.name == "minilm-l6-v2--onnx-int8pc-v2.onnx"
+    assert path.name == "minilm-l6-v2--onnx-int8pc-v3.onnx"
     before = path.stat().st_mtime_ns
     again = LocalEmbedder(cache_dir=cache_dir)
     again.load()
@@ -232,8 +232,8 @@ def test_second_construction_reuses_the_cache(int8: LocalEmbedder, cache_dir: Pa
     np.testing.assert_array_equal(again.embed(SENTENCES[:2]), int8.embed(SENTENCES[:2]))
     # No temp files left behind by the atomic write.
     assert sorted(p.name for p in cache_dir.iterdir()) == [
-        "minilm-l6-v2--onnx-fp32-v2.onnx",
-        "minilm-l6-v2--onnx-int8pc-v2.onnx",
+        "minilm-l6-v2--onnx-fp32-v3.onnx",
+        "minilm-l6-v2--onnx-int8pc-v3.onnx",
     ]
 
 

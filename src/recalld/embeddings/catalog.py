@@ -16,7 +16,7 @@ from recalld.masking import mask
 
 # Mirrors embeddings/local.py (GRAPH_VERSION, DIMENSION, the variant names); a test keeps
 # them in step.
-LOCAL_GRAPH_VERSION = 2
+LOCAL_GRAPH_VERSION = 3
 LOCAL_DIMENSION = 384
 HASH_EXAMPLE = 64
 
