@@ -1,0 +1,100 @@
+"""Where the packaged int8 model's time goes, per onnxruntime op, and what the
+SkipLayerNormalization fusion that the embedder turns off would cost.
+
+    python -m bench.model_profile ../shared/data/scifact [DOCS] [ROUNDS]
+
+On the chunks of the first DOCS SciFact abstracts (cut as ingest cuts them), each text run
+alone as the embedder runs it: the share of kernel time per op type (onnxruntime's profiler,
+one intra-op thread, one run at a time), then the CPU per text with the fusion off (the
+embedder's session) and on, in alternating rounds of two runs in flight.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from bench.int8_batching import texts as scifact_texts
+from recalld.embeddings import local
+
+
+def session(graph: Path, threads: int, *, fused: bool, profile: str | None = None) -> Any:
+    """A session like the embedder's; `fused`: with onnxruntime's SkipLayerNormFusion."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3
+    if profile:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile
+    disabled = [] if fused else list(local._DISABLED_FUSIONS)
+    return ort.InferenceSession(
+        str(graph), options, providers=["CPUExecutionProvider"], disabled_optimizers=disabled
+    )
+
+
+def run_each(sess: Any, ids: list[list[int]], in_flight: int) -> None:
+    def one(row: list[int]) -> None:
+        x = np.array([row], dtype=np.int64)
+        sess.run(["embeddings"], {"input_ids": x, "attention_mask": np.ones_like(x)})
+
+    with ThreadPoolExecutor(in_flight) as pool:
+        for _ in pool.map(one, ids):
+            pass
+
+
+def op_shares(graph: Path, ids: list[list[int]], fused: bool, workdir: Path) -> dict[str, float]:
+    """Each op type's share of kernel time (per cent), one thread, one run at a time."""
+    sess = session(graph, 1, fused=fused, profile=str(workdir / f"fused-{fused}"))
+    run_each(sess, ids, 1)
+    times: collections.Counter[str] = collections.Counter()
+    for event in json.loads(Path(sess.end_profiling()).read_text()):
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            times[event["args"]["op_name"]] += event["dur"]
+    total = sum(times.values())
+    return {op: round(100 * t / total, 1) for op, t in times.most_common(10)}
+
+
+def main(folder: Path, docs: int = 80, rounds: int = 3) -> None:
+    workdir = Path(tempfile.mkdtemp(prefix="model-profile-"))
+    embedder = local.LocalEmbedder(cache_dir=workdir)
+    embedder.load()
+    tokenizer = embedder._load().tokenizer
+    chunks = scifact_texts(folder, docs, 0, embedder.count_tokens)
+    ids = [local._truncated(e.ids) for e in tokenizer.encode_batch_fast(chunks)]
+    graph = embedder.graph_path
+    report: dict[str, Any] = {
+        "texts": len(ids),
+        "mean_tokens": round(float(np.mean([len(i) for i in ids])), 1),
+        "onnxruntime": ort.__version__,
+        "op_shares_fusion_off": op_shares(graph, ids, False, workdir),
+        "op_shares_fusion_on": op_shares(graph, ids, True, workdir),
+    }
+    opened = {
+        "fusion off (default)": session(graph, embedder.threads, fused=False),
+        "fusion on": session(graph, embedder.threads, fused=True),
+    }
+    cpu: dict[str, list[float]] = {name: [] for name in opened}
+    for _ in range(rounds):
+        for name, sess in opened.items():
+            started = time.process_time()
+            run_each(sess, ids, local.RUNS_IN_FLIGHT)
+            cpu[name].append(1000 * (time.process_time() - started) / len(ids))
+    report["cpu_ms_per_text"] = {name: round(statistics.median(v), 2) for name, v in cpu.items()}
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    main(Path(args[0]), *(int(a) for a in args[1:3]))
