@@ -220,7 +220,8 @@ class Searcher:
     def _settings(self, limit: int | None, overrides: dict[str, Any]) -> tuple[SearchSettings, int]:
         """The call's settings and limit, checked."""
         try:
-            opts = dataclasses.replace(self.settings, **overrides)
+            # A copy of ~50 fields costs ~40 us; without overrides the frozen defaults serve.
+            opts = dataclasses.replace(self.settings, **overrides) if overrides else self.settings
         except TypeError as exc:
             raise QueryError(f"unknown search option: {exc}") from exc
         if (
