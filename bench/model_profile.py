@@ -6,7 +6,8 @@ SkipLayerNormalization fusion that the embedder turns off would cost.
 On the chunks of the first DOCS SciFact abstracts (cut as ingest cuts them), each text run
 alone as the embedder runs it: the share of kernel time per op type (onnxruntime's profiler,
 one intra-op thread, one run at a time), then the CPU per text with the fusion off (the
-embedder's session) and on, in alternating rounds of two runs in flight.
+embedder's session) and on, in alternating rounds of two runs in flight, and how far their
+vectors are from each other and from fp32's.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import onnxruntime as ort
 
 from bench.int8_batching import texts as scifact_texts
@@ -44,14 +46,16 @@ def session(graph: Path, threads: int, *, fused: bool, profile: str | None = Non
     )
 
 
-def run_each(sess: Any, ids: list[list[int]], in_flight: int) -> None:
-    def one(row: list[int]) -> None:
+def run_each(sess: Any, ids: list[list[int]], in_flight: int) -> npt.NDArray[np.float32]:
+    """Each text's vector, one text per run, `in_flight` runs at a time."""
+
+    def one(row: list[int]) -> npt.NDArray[np.float32]:
         x = np.array([row], dtype=np.int64)
-        sess.run(["embeddings"], {"input_ids": x, "attention_mask": np.ones_like(x)})
+        (vectors,) = sess.run(["embeddings"], {"input_ids": x, "attention_mask": np.ones_like(x)})
+        return np.asarray(vectors[0], dtype=np.float32)
 
     with ThreadPoolExecutor(in_flight) as pool:
-        for _ in pool.map(one, ids):
-            pass
+        return np.stack(list(pool.map(one, ids)))
 
 
 def op_shares(graph: Path, ids: list[list[int]], fused: bool, workdir: Path) -> dict[str, float]:
@@ -64,6 +68,11 @@ def op_shares(graph: Path, ids: list[list[int]], fused: bool, workdir: Path) -> 
             times[event["args"]["op_name"]] += event["dur"]
     total = sum(times.values())
     return {op: round(100 * t / total, 1) for op, t in times.most_common(10)}
+
+
+def _cosines(a: npt.NDArray[np.float32], b: npt.NDArray[np.float32]) -> dict[str, float]:
+    cos = np.sum(a * b, axis=1)
+    return {"mean": round(float(cos.mean()), 5), "min": round(float(cos.min()), 5)}
 
 
 def main(folder: Path, docs: int = 80, rounds: int = 3) -> None:
@@ -85,6 +94,11 @@ def main(folder: Path, docs: int = 80, rounds: int = 3) -> None:
         "fusion off (default)": session(graph, embedder.threads, fused=False),
         "fusion on": session(graph, embedder.threads, fused=True),
     }
+    vectors = {name: run_each(sess, ids, local.RUNS_IN_FLIGHT) for name, sess in opened.items()}
+    off, on = vectors.values()
+    fp32 = local.LocalEmbedder(quantize=False, cache_dir=workdir).embed(chunks)
+    report["cosine_off_to_on"] = _cosines(off, on)
+    report["cosine_to_fp32"] = {name: _cosines(v, fp32) for name, v in vectors.items()}
     cpu: dict[str, list[float]] = {name: [] for name in opened}
     for _ in range(rounds):
         for name, sess in opened.items():
