@@ -145,7 +145,7 @@ async def test_the_int8_stage_over_every_survivor_returns_the_exact_top_10(fille
 async def test_the_cascade_is_exact_on_older_cpus(filled, kernels):
     """simsimd picks its kernels per CPU at run time: with only its portable C kernels, or
     only the AVX2 ones (Haswell), Hamming and the int8 stage give the same exact top 10."""
-    newer = ["skylake", "ice", "genoa", "sapphire", "turin"]
+    newer = ["skylake", "ice", "genoa", "sapphire", "turin", "sierra"]
     turned_off = [c for c, on in simsimd.get_capabilities().items() if on and c != "serial"]
     if kernels == "haswell":
         if "haswell" not in turned_off:
