@@ -258,6 +258,26 @@ async def test_searches_before_the_int8_fill_are_exact(filled):
         assert [c for c, _ in got] == [c for c, _ in want]
 
 
+async def test_a_half_filled_index_stays_exact(filled):
+    """Survivors with an int8 copy are scored on it; the bit stages keep only the waiting
+    rows' share of their count (here about half of 400), and results are exact."""
+    store, data = filled
+    store.vectors.tuning = dataclasses.replace(
+        vectors.Tuning(), exact_below=0, stage3_min=400, final_min=16, final_per_k=2
+    )
+    await knn(store, data[0])
+    await store.vectors.wait_filled()
+    a = store.vectors._arrays
+    assert a is not None
+    a.scales[: a.size : 2] = 0  # every other row back to "no int8 copy yet"
+    rng = np.random.default_rng(14)
+    for i in rng.integers(0, len(data), 10):
+        q = near(data[i], rng)
+        got, want = await knn(store, q), await exact(store, q)
+        assert_same_hits(got, want)
+        assert 20 + 150 < len(store.vectors.candidates(q, 10, (), ())) < 20 + 250
+
+
 async def test_small_stores_are_searched_exactly_in_memory(filled):
     store, data = filled
     assert store.vectors.tuning.exact_below > 3000

@@ -46,6 +46,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -741,8 +742,14 @@ class VectorIndex:
         chosen = self._int8_stage(a, q, k, first[ready], scales[ready])
         waiting = first[~ready]
         if len(waiting):
+            # Each bit stage keeps the waiting rows' share of its count: as many of them as
+            # would be among its survivors if it ranked every stage-1 survivor (as before
+            # simsimd), so a half-filled index sends half as many rows to SQLite.
+            share = len(waiting) / len(first)
             keep2 = max(t.stage2_min, t.per_k * k, int(t.stage2_fraction * live))
             keep3 = max(t.stage3_min, t.per_k * k, int(t.stage3_fraction * live))
+            keep2 = max(t.per_k * k, math.ceil(share * keep2))
+            keep3 = max(t.per_k * k, math.ceil(share * keep3))
             if len(waiting) > keep3:
                 # One BLAS thread: these products are small, and OpenBLAS's extra threads
                 # spin.
