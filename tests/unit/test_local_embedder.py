@@ -12,13 +12,21 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import onnx
+import onnxruntime as ort
 import pytest
 from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 
 from recalld.chunkers import ChunkOptions, chunk_file
 from recalld.chunkers.split import _WORD, sentence_spans, split_text
-from recalld.embeddings.local import DIMENSION, LocalEmbedder, _truncated, default_model_dir
+from recalld.embeddings.local import (
+    DIMENSION,
+    LocalEmbedder,
+    _truncated,
+    default_model_dir,
+    open_session,
+)
 from recalld.embeddings.token_counts import RecentCounts
 from recalld.errors import EmbeddingError
 
@@ -280,6 +288,24 @@ def test_idle_threads_sleep_rather_than_spin(int8: LocalEmbedder) -> None:
     assert int8._runtime is not None
     options = int8._runtime.session.get_session_options()
     assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
+def _ops(path: Path) -> set[str]:
+    return {node.op_type for node in onnx.load(str(path)).graph.node}
+
+
+def test_residual_adds_stay_unfused(int8: LocalEmbedder, tmp_path: Path) -> None:
+    # The fused SkipLayerNormalization kernel cost more than the Add and LayerNormalization it
+    # replaces; an onnxruntime that renamed the fusion would bring it back silently.
+    int8.load()
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = str(tmp_path / "fused.onnx")
+    ort.InferenceSession(str(int8.graph_path), options, providers=["CPUExecutionProvider"])
+    assert "SkipLayerNormalization" in _ops(tmp_path / "fused.onnx")
+    open_session(int8.graph_path, 1, tmp_path / "unfused.onnx")
+    unfused = _ops(tmp_path / "unfused.onnx")
+    assert "SkipLayerNormalization" not in unfused
+    assert "LayerNormalization" in unfused
 
 
 def test_embedding_cuts_long_texts_as_the_tokenizer_does() -> None:

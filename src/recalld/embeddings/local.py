@@ -298,23 +298,8 @@ class LocalEmbedder:
         return tokenizer
 
     def _open_session(self) -> Any:
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = self.threads
-        options.inter_op_num_threads = 1
-        # Idle worker threads sleep instead of spin-waiting for the next run: spinning keeps
-        # both cores busy after every query, starving the FTS5 thread and everything else on
-        # the machine. On a shared 2-core machine (load ~12) a query embedded in 10.9 ms
-        # without spinning against 126 ms with it, and 32 abstracts in 23 s against 31 s.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.log_severity_level = 3  # errors only
         try:
-            return ort.InferenceSession(
-                str(self.graph_path),
-                options,
-                providers=["CPUExecutionProvider"],
-                disabled_optimizers=list(_DISABLED_FUSIONS),
-            )
+            return open_session(self.graph_path, self.threads)
         except Exception as exc:
             raise EmbeddingError(f"cannot load {self.graph_path}: {exc}") from exc
 
@@ -353,6 +338,29 @@ class LocalEmbedder:
                 tmp.unlink(missing_ok=True)
             message = f"cannot build {self.model_id} in {self.cache_dir}: {exc}"
             raise EmbeddingError(message) from exc
+
+
+def open_session(graph: Path, threads: int, optimized_copy: Path | None = None) -> Any:
+    """An onnxruntime session on `graph` as the embedder runs it; `optimized_copy`: also write
+    the graph as the session optimised it there (to see which fusions it made)."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # Idle worker threads sleep instead of spin-waiting for the next run: spinning keeps
+    # both cores busy after every query, starving the FTS5 thread and everything else on
+    # the machine. On a shared 2-core machine (load ~12) a query embedded in 10.9 ms
+    # without spinning against 126 ms with it, and 32 abstracts in 23 s against 31 s.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.log_severity_level = 3  # errors only
+    if optimized_copy is not None:
+        options.optimized_model_filepath = str(optimized_copy)
+    return ort.InferenceSession(
+        str(graph),
+        options,
+        providers=["CPUExecutionProvider"],
+        disabled_optimizers=list(_DISABLED_FUSIONS),
+    )
 
 
 class _LastText(threading.local):
