@@ -40,7 +40,7 @@ def session(graph: Path, threads: int, *, fused: bool, profile: str | None = Non
     if profile:
         options.enable_profiling = True
         options.profile_file_prefix = profile
-    disabled = [] if fused else list(local._DISABLED_FUSIONS)
+    disabled = [] if fused else list(local.FUSIONS_OFF[local.GRAPH_VERSION])
     return ort.InferenceSession(
         str(graph), options, providers=["CPUExecutionProvider"], disabled_optimizers=disabled
     )

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 from recalld import private
 from recalld.config import Settings
+from recalld.embeddings import catalog
 from recalld.embeddings.base import Embedder, load_embedder
 from recalld.errors import IngestError, NotFoundError, QueryError, RecalldError
 from recalld.ingest.admission import secret_file
@@ -73,6 +74,25 @@ def daemon_pid(store_path: Path) -> str | None:
     finally:
         os.close(fd)  # closing drops a lock taken just now
     return None
+
+
+def _at_stored_graph(embedder: Embedder, stored_id: str, spec: str) -> Embedder:
+    """`embedder` as the older graph version the store was embedded with computed it, when
+    recalld still computes that version: a store from before a graph change opens as it was,
+    with the same vectors, instead of being refused."""
+    at_graph = getattr(embedder, "at_graph", None)
+    version = catalog.older_graph(embedder.model_id, stored_id)
+    if at_graph is None or version is None:
+        return embedder
+    logger.warning(
+        "the store was embedded with %s; using that graph as it is. `recalld reindex --model "
+        "%s` moves it to %s (the current graph, faster)",
+        stored_id,
+        spec,
+        embedder.model_id,
+    )
+    older: Embedder = at_graph(version)
+    return older
 
 
 class AsyncMemory:
@@ -161,11 +181,10 @@ class AsyncMemory:
         spec = settings.embed.model
         await asyncio.to_thread(private.private_dir, settings.data_dir)
         if embedder is None:
-            if follow_store:
-                stored = await asyncio.to_thread(stored_model, settings.store_location)
-                if stored is not None and stored[0] is not None and stored[0] != spec:
-                    logger.info("using %s, the store's model (embed.model is not set)", stored[0])
-                    spec = stored[0]
+            stored = await asyncio.to_thread(stored_model, settings.store_location)
+            if follow_store and stored is not None and stored[0] is not None and stored[0] != spec:
+                logger.info("using %s, the store's model (embed.model is not set)", stored[0])
+                spec = stored[0]
             embedder = await asyncio.to_thread(
                 load_embedder,
                 spec,
@@ -173,6 +192,8 @@ class AsyncMemory:
                 settings.embed,
                 settings.tuned_model_dir,
             )
+            if stored is not None:
+                embedder = _at_stored_graph(embedder, stored[1], spec)
         running = (
             None if settings.store_url else await asyncio.to_thread(daemon_pid, settings.store_path)
         )

