@@ -23,19 +23,21 @@ _INT32: Any = "int32"
 
 def hamming(query: npt.NDArray[np.uint8], rows: npt.NDArray[np.uint8]) -> npt.NDArray[np.uint16]:
     """Bits that differ between `query` (bytes) and each of `rows` (rows of as many bytes)."""
+    if len(rows) == 0:
+        return np.zeros(0, dtype=np.uint16)  # simsimd refuses empty inputs
     found = simsimd.cdist(query.reshape(1, -1), rows, "hamming", dtype="bin8", out_dtype=_UINT16)
     return _row(found, np.uint16, len(rows))
 
 
 def dot_int8(query: npt.NDArray[np.int8], rows: npt.NDArray[np.int8]) -> npt.NDArray[np.int32]:
     """`query` . each of `rows`, exact int32 sums."""
+    if len(rows) == 0:
+        return np.zeros(0, dtype=np.int32)
     found = simsimd.cdist(query.reshape(1, -1), rows, "dot", out_dtype=_INT32)
     return _row(found, np.int32, len(rows))
 
 
 def _row(found: object, dtype: type[Any], count: int) -> npt.NDArray[Any]:
-    if count == 0:
-        return np.zeros(0, dtype=dtype)  # simsimd refuses empty inputs
     row: npt.NDArray[Any] = np.asarray(found).reshape(count)  # a (1, count) buffer, no copy
     assert row.dtype == dtype
     return row
