@@ -39,9 +39,10 @@ _ANY_ANCHOR = datetime(2000, 1, 1, tzinfo=UTC)  # whether a question has time wo
 Scores = defaultdict[str, defaultdict[str, list[float]]]
 _DIA_ID = re.compile(r"D\d+:\d+")
 WORD_BUDGETS = (150, 300, 600)
-# Answerability, calibrated on the other conversations: the hits read and the thresholds tried.
-ANSWERABILITY_K = (1, 2, 3, 5)
-ANSWERABILITY_THRESHOLDS = (0.01, 0.1, 0.2, 0.3, 0.4, 0.5)
+# Answerability, calibrated on the other conversations: the hits read and the thresholds tried
+# (those a store tries on itself).
+ANSWERABILITY_K = answerability_tune.KS
+ANSWERABILITY_THRESHOLDS = answerability_tune.THRESHOLDS
 MAX_FALSE_REJECTION = 0.04  # on the calibration conversations, leaving room under 5 %
 SEARCH_LIMIT = 50  # enough hits to fill the largest word budget with turn-sized chunks
 # The per-question figures compared between modes by the paired randomization test.

@@ -1,11 +1,13 @@
 """Answerability: a question about someone the matching turns do not belong to is rejected."""
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from recalld.api import AsyncMemory
 from recalld.retrieval import answerability
+from recalld.types import Filters
 from tests.helpers.conversations import ana_and_ben, memory_with
 
 
@@ -45,3 +47,54 @@ def test_stem_and_named_people():
     assert not answerability.rejects(answerability.Answerability(0.0, ("A",), 3), 0.0)
     assert answerability.rejects(answerability.Answerability(0.0, ("A",), 3), 0.2)
     assert not answerability.rejects(answerability.Answerability(None, (), 3), 0.2)
+
+
+def asked_and_answered(sample_id: str) -> dict[str, Any]:
+    """Ben asks Ana about her puppy and she replies; Ben tells her about his kitten and she
+    only says "Cute!"."""
+    turns = [
+        ("Ben", "Which puppy did you adopt from the shelter?"),
+        ("Ana", "A beagle, three months old and very loud."),
+        ("Ben", "I adopted a kitten from the shelter too."),
+        ("Ana", "Cute!"),
+    ]
+    return {
+        "sample_id": sample_id,
+        "conversation": {
+            "speaker_a": "Ben",
+            "speaker_b": "Ana",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": s, "dia_id": f"D1:{n}", "text": t}
+                for n, (s, t) in enumerate(turns, start=1)
+            ],
+        },
+    }
+
+
+async def test_a_question_belongs_to_the_one_who_answers_it_in_the_next_turn(tmp_path: Path):
+    rounds = Filters(granularities=("round",))
+    async with memory_with(tmp_path, asked_and_answered("conv-q"), "locomo:q") as memory:
+        search = memory.searcher.search
+        # The words are in Ben's question; Ana's reply holds the answer: the round is hers.
+        hers = await search("What puppy did Ana adopt?", filters=rounds, answerability_k=1)
+        assert hers.explain["answerability"]["ownership"] == 1.0
+        assert hers.hits[0].chunk.meta["turn_ids"] == ["D1:1", "D1:2"]
+        # A statement is its speaker's alone, whoever speaks next.
+        his = await search(
+            "What kitten did Ana adopt?",
+            filters=rounds,
+            answerability_k=1,
+            answerability_threshold=0.5,
+        )
+        assert his.explain["answerability"]["ownership"] == 0.0 and his.rejected
+
+
+def test_belongs_reads_the_reply_only_after_a_question():
+    turns = [("Ben Lee", "Which puppy did you adopt?"), ("Ana", "A beagle.")]
+    assert answerability.belongs(turns, 0, {"ana"}) and answerability.belongs(turns, 1, {"ana"})
+    assert answerability.belongs(turns, 0, {"ben"}) and not answerability.belongs(turns, 1, {"ben"})
+    told = [("Ben", "I adopted a kitten."), ("Ana", "Cute!")]
+    assert not answerability.belongs(told, 0, {"ana"})
+    # The last turn has no reply.
+    assert not answerability.belongs([("Ben", "Who adopted one?")], 0, {"ana"})

@@ -7,9 +7,15 @@ hits say who owns what they hold:
 
     ownership  the query names people who speak in the hits (by first name, possessives too);
                in each of the top `k` hits, the turn (or fact) that shares most of the
-               query's other words is said by one of them, or not. Rank-weighted (1, 1/2,
+               query's other words belongs to one of them, or not. Rank-weighted (1, 1/2,
                1/3, ...) over the hits where some turn shares a word; None when the query
                names no speaker or no turn shares a word (then it says nothing).
+
+A turn belongs to the people who said it, and so does a question someone else asks when the
+next turn, its reply, is theirs: the question holds the words ("What books do you enjoy?"),
+the reply the answer, so a round of question and reply is about the one who replies. Without
+this, a question about someone was read as owned by whoever asked them about it, and answered
+questions looked unanswered (LoCoMo dev, round granularity: README, Benchmarks).
 
 A result set whose ownership is below `search.answerability_threshold` (0: off) is
 `rejected`; `explain` carries the figures either way (the `AnswerabilityCheck` stage, last).
@@ -81,19 +87,39 @@ def turns_of(chunk: Chunk) -> list[tuple[str, str, str]]:
     return out
 
 
-def best_turn(chunk: Chunk, terms: set[str]) -> tuple[str, str] | None:
-    """(speaker, text) of the chunk's turn that shares most of `terms`; None if none shares
-    any. A fact (no "Speaker: text" lines) is one turn said by its one speaker."""
+def spoken_turns(chunk: Chunk) -> list[tuple[str, str]]:
+    """(speaker, text) of the chunk's "Speaker: text" lines, in order; a fact (no such lines)
+    is one turn said by its one speaker."""
     turns = [(m.group(1), m.group(2)) for m in map(_LINE.match, chunk.text.split("\n")) if m]
     speakers = chunk.meta.get("speakers") or []
     if not turns and len(speakers) == 1:
         turns = [(str(speakers[0]), chunk.text)]
+    return turns
+
+
+def best_turn(turns: Sequence[tuple[str, str]], terms: set[str]) -> int | None:
+    """The index of the turn that shares most of `terms` (the first on ties); None if none
+    shares any."""
     best, best_overlap = None, 0
-    for speaker, text in turns:
+    for index, (_, text) in enumerate(turns):
         overlap = len(terms & words_of(text))
         if overlap > best_overlap:
-            best, best_overlap = (speaker, text), overlap
+            best, best_overlap = index, overlap
     return best
+
+
+def belongs(turns: Sequence[tuple[str, str]], index: int, firsts: set[str]) -> bool:
+    """Whether the turn at `index` belongs to the people with these first names (stemmed):
+    one of them said it, or it is a question whose next turn, its reply, one of them said."""
+
+    def said_by_them(i: int) -> bool:
+        speaker = turns[i][0].split()
+        return bool(speaker) and stem(speaker[0]) in firsts
+
+    if said_by_them(index):
+        return True
+    asked = turns[index][1].rstrip().endswith("?")
+    return asked and index + 1 < len(turns) and said_by_them(index + 1)
 
 
 def measure(query: str, hits: Sequence[Hit], k: int = 3) -> Answerability:
@@ -112,11 +138,12 @@ def measure_chunks(query: str, chunks: Sequence[Chunk], k: int = 3) -> Answerabi
     terms = {stem(t) for t in query_terms(query)} - firsts
     owned = seen = 0.0
     for rank, chunk in enumerate(top, start=1):
-        turn = best_turn(chunk, terms)
-        if turn is None:
+        turns = spoken_turns(chunk)
+        index = best_turn(turns, terms)
+        if index is None:
             continue
         seen += 1.0 / rank
-        if turn[0].split() and stem(turn[0].split()[0]) in firsts:
+        if belongs(turns, index, firsts):
             owned += 1.0 / rank
     return Answerability(owned / seen if seen else None, people, k)
 
