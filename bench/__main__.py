@@ -150,6 +150,13 @@ def beir(
 @store_dir_option("Keep each conversation's store here and reuse it on the next run.")
 @VARIANT_OPTION
 @CALIBRATE_OPTION
+@click.option(
+    "--calibration-seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="The seed the stores draw their pseudo-queries with (--calibrate).",
+)
 @REPORT_OPTIONS
 @PLOT_OPTION
 def locomo(
@@ -159,6 +166,7 @@ def locomo(
     store_dir: Path | None,
     specs: tuple[str, ...],
     calibrate: bool,
+    calibration_seed: int,
     sets: tuple[str, ...],
     results: Path,
     as_json: bool,
@@ -181,6 +189,7 @@ def locomo(
             store_dir,
             variants=parse_variants(specs),
             calibrate=calibrate,
+            calibration_seed=calibration_seed,
         )
     )
     budgets = [f"words@{b}" for b in locomo_bench.WORD_BUDGETS]

@@ -267,6 +267,7 @@ async def run(
     embedder: Embedder | None = None,
     variants: dict[str, dict[str, Any]] | None = None,
     calibrate: bool = False,
+    calibration_seed: int = 0,
 ) -> dict[str, Any]:
     """Ingest each conversation into its own store and evaluate every mode.
 
@@ -274,7 +275,8 @@ async def run(
     `variants` are extra modes: the shipped defaults (`full`) with some search settings
     changed. Every mode and variant is compared with bm25 and vector on the answerable
     questions by a paired randomization test. With `calibrate`, each store calibrates its
-    fusion after ingest (timed) and the `calibrated` mode searches with what it chose.
+    fusion after ingest (timed) and the `calibrated` mode searches with what it chose; its
+    pseudo-queries are drawn with `calibration_seed` (another seed: another sample of them).
     """
     samples = json.loads(await asyncio.to_thread(file.read_text, "utf-8"))
     if isinstance(samples, dict):
@@ -314,7 +316,9 @@ async def run(
                 ingest_s += time.perf_counter() - started
                 chunks += (await memory.counts())["chunks"]
                 if calibrate:
-                    tunings[str(sample["sample_id"])] = (await memory.calibrate()).as_dict()
+                    tunings[str(sample["sample_id"])] = (
+                        await memory.calibrate(seed=calibration_seed)
+                    ).as_dict()
                 for name, mode, changed in runs:
                     await evaluate_conversation(
                         memory,
@@ -341,6 +345,7 @@ async def run(
         "overrides": overrides,
         "variants": variants or {},
         "calibration": tunings or None,
+        "calibration_seed": calibration_seed if calibrate else None,
         "word_budgets": list(WORD_BUDGETS),
         "modes": {m: summarise(scores[m], latency[m]) for m in names},
         "significance": _significance(paired, list(variants or {})),
