@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -84,62 +82,28 @@ def _size_of(path: Path) -> tuple[int, int]:
     return int(found[1]), int(found[2])
 
 
-def _start(tree: Path, path: Path, queries: int) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=f"{tree / 'src'}:{tree}")
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # recompiling on every start is not measured
-    argv = [sys.executable, __file__, "--serve", str(path), str(queries)]
-    proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    if proc.stdout.readline().strip() != "ready":
-        raise SystemExit(f"{tree}: the search process did not start")
-    return proc
-
-
-def _ask(proc: subprocess.Popen[str], first: int, last: int) -> list[dict[str, Any]]:
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(f"{first} {last}\n")
-    proc.stdin.flush()
-    rows: list[dict[str, Any]] = json.loads(proc.stdout.readline())
-    return rows
-
-
 def _median(rows: list[dict[str, Any]], key: str) -> float:
     return round(statistics.median(float(r[key]) for r in rows), 2)
 
 
 def compare(path: Path, trees: list[Path], queries: int, blocks: int) -> dict[str, Any]:
     """Time every tree on `queries` new queries, `blocks` turns each."""
+    # Here, not at the top: a tree's own search process (`--serve`) imports this file
+    # with that tree's `bench`, which may predate tree_runs.
+    from bench import tree_runs
+
     _size_of(path)
     names = [f"{number}: {tree}" for number, tree in enumerate(trees, start=1)]
-    rows: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
-    procs = {name: _start(tree, path, queries) for name, tree in zip(names, trees, strict=True)}
-    try:
-        size = -(-queries // blocks)
-        for number, first in enumerate(range(0, queries, size)):
-            turn = number % len(names)
-            for name in names[turn:] + names[:turn]:
-                rows[name] += _ask(procs[name], first, min(first + size, queries))
-            print(f"\r{min(first + size, queries)}/{queries}", end="", file=sys.stderr)
-        print(file=sys.stderr)
-    finally:
-        for proc in procs.values():
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.close()
-            proc.wait()
-            proc.stdout.close()
+    argv = [__file__, "--serve", str(path), str(queries)]
+    procs = {name: tree_runs.start(tree, argv) for name, tree in zip(names, trees, strict=True)}
+    rows = tree_runs.alternate(procs, queries, blocks)
     base = [r["ms"] for r in rows[names[0]]]
     report: dict[str, Any] = {"store": str(path), "queries": len(base), "blocks": blocks}
     report["trees"] = {}
     for name in names:
-        mine = [r["ms"] for r in rows[name]]
         stages = sorted({s for r in rows[name] for s in r["timings"]})
         report["trees"][name] = {
-            "p50_ms": round(statistics.median(mine), 2),
-            "p95_ms": round(statistics.quantiles(mine, n=20)[-1], 2),
-            "p50_ratio": round(statistics.median(mine) / statistics.median(base), 3),
-            "per_query_ratio": round(
-                statistics.median(m / b for m, b in zip(mine, base, strict=True)), 3
-            ),
+            **tree_runs.latency([r["ms"] for r in rows[name]], base),
             "cpu_ms_p50": _median(rows[name], "cpu_ms"),
             "loop_cpu_ms_p50": _median(rows[name], "loop_cpu_ms"),
             "stages_ms_p50": {

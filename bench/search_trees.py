@@ -19,10 +19,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -63,34 +61,16 @@ async def _serve(home: Path, data: Path, limit: int, overrides: dict[str, str]) 
         await memory.close()
 
 
-def _start(
-    tree: Path, home: Path, data: Path, limit: int, sets: list[str]
-) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=f"{tree / 'src'}:{tree}")
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # recompiling on every start is not measured
-    argv = [sys.executable, __file__, "--serve", str(home), str(data), str(limit), *sets]
-    proc = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    if proc.stdout.readline().strip() != "ready":
-        raise SystemExit(f"{tree}: the search process did not start")
-    return proc
-
-
-def _ask(proc: subprocess.Popen[str], first: int, last: int) -> list[dict[str, Any]]:
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(f"{first} {last}\n")
-    proc.stdin.flush()
-    rows: list[dict[str, Any]] = json.loads(proc.stdout.readline())
-    return rows
-
-
 def compare(
     home: Path, data: Path, trees: list[Path], limit: int, blocks: int, sets: list[str]
 ) -> dict[str, Any]:
     """Time every tree on the first `limit` train queries, `blocks` turns each (`sets`:
     settings as `KEY=VALUE`)."""
+    # Here, not at the top: a tree's own search process (`--serve`) imports this file
+    # with that tree's `bench`, which may predate tree_runs.
+    from bench import tree_runs
+
     names = [f"{number}: {tree}" for number, tree in enumerate(trees, start=1)]
-    rows: dict[str, list[dict[str, Any]]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory() as tmp:
         procs = {}
         for name, tree in zip(names, trees, strict=True):
@@ -98,32 +78,14 @@ def compare(
             shutil.copytree(home / "data", copy / "data")
             if (home / "cache").exists():
                 (copy / "cache").symlink_to((home / "cache").resolve())
-            procs[name] = _start(tree, copy, data, limit, sets)
-        try:
-            size = -(-limit // blocks)
-            for number, first in enumerate(range(0, limit, size)):
-                turn = number % len(names)
-                for name in names[turn:] + names[:turn]:
-                    rows[name] += _ask(procs[name], first, min(first + size, limit))
-                print(f"\r{min(first + size, limit)}/{limit}", end="", file=sys.stderr)
-            print(file=sys.stderr)
-        finally:
-            for proc in procs.values():
-                assert proc.stdin is not None and proc.stdout is not None
-                proc.stdin.close()
-                proc.wait()
-                proc.stdout.close()
+            argv = [__file__, "--serve", str(copy), str(data), str(limit), *sets]
+            procs[name] = tree_runs.start(tree, argv)
+        rows = tree_runs.alternate(procs, limit, blocks)
     base = [r["ms"] for r in rows[names[0]]]
     report: dict[str, Any] = {"queries": len(base), "blocks": blocks, "trees": {}}
     for name in names:
-        mine = [r["ms"] for r in rows[name]]
         report["trees"][name] = {
-            "p50_ms": round(statistics.median(mine), 2),
-            "p95_ms": round(statistics.quantiles(mine, n=20)[-1], 2),
-            "p50_ratio": round(statistics.median(mine) / statistics.median(base), 3),
-            "per_query_ratio": round(
-                statistics.median(m / b for m, b in zip(mine, base, strict=True)), 3
-            ),
+            **tree_runs.latency([r["ms"] for r in rows[name]], base),
             "stages_ms_p50": {
                 s: round(statistics.median(r["timings"][s] for r in rows[name]), 2)
                 for s in STAGES

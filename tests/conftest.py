@@ -35,4 +35,4 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("models")
 
 
-from tests.helpers.postgres import pg_server, pg_url  # noqa: E402, F401 - suite-wide fixtures
+from tests.helpers.postgres import pg_server, pg_url, store_env  # noqa: E402, F401 - suite-wide fixtures

@@ -86,3 +86,13 @@ def pg_url(pg_server: PgServer) -> Iterator[str]:
     name = pg_server.new_database()
     yield pg_server.url(name)
     pg_server.admin(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_env(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Environment for a test run on each backend: the home's SQLite file (nothing to set),
+    or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return {}
+    url: str = request.getfixturevalue("pg_url")
+    return {"RECALLD_STORE__PATH": url, "RECALLD_STORE__VECTOR_INDEX": VECTOR_INDEX}

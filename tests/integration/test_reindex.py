@@ -24,7 +24,6 @@ from recalld.client import Client
 from recalld.embeddings.base import HashEmbedder
 from recalld.errors import ReindexError
 from tests.helpers.fake_openai import FakeOpenAI, Reply
-from tests.helpers.postgres import VECTOR_INDEX
 from tests.integration.conftest import Daemon
 
 pytestmark = [pytest.mark.integration]
@@ -51,15 +50,6 @@ def similarity(dimension: int, half: bool = False) -> float:
 
 
 OLD, NEW = similarity(64), similarity(32)
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_env(request: pytest.FixtureRequest) -> dict[str, str]:
-    """The daemon's store: the home's SQLite file, or a fresh PostgreSQL database."""
-    if request.param == "sqlite":
-        return {}
-    url: str = request.getfixturevalue("pg_url")
-    return {"RECALLD_STORE__PATH": url, "RECALLD_STORE__VECTOR_INDEX": VECTOR_INDEX}
 
 
 def fill(daemon: Daemon, n: int = CHUNKS) -> None:

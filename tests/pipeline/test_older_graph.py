@@ -17,17 +17,8 @@ from recalld.config import load_settings
 from recalld.embeddings import catalog
 from recalld.embeddings.local import GRAPH_VERSION, LocalEmbedder, open_session
 from recalld.errors import EmbeddingError
-from tests.helpers.postgres import VECTOR_INDEX
 
 NOTE = "The heron waits in the shallows for the first light over the marsh."
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_env(request: pytest.FixtureRequest) -> dict[str, str]:
-    if request.param == "sqlite":
-        return {}
-    url: str = request.getfixturevalue("pg_url")
-    return {"RECALLD_STORE__PATH": url, "RECALLD_STORE__VECTOR_INDEX": VECTOR_INDEX}
 
 
 async def _ignore(info: dict) -> None:

@@ -33,15 +33,6 @@ def similarity(model: int, query: str, doc: str) -> float:
     return round(float(q @ d), 4)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def store_env(request: pytest.FixtureRequest) -> dict[str, str]:
-    """Where the store lives: the home's SQLite file, or a fresh PostgreSQL database."""
-    if request.param == "sqlite":
-        return {}
-    url: str = request.getfixturevalue("pg_url")
-    return {"RECALLD_STORE__PATH": url, "RECALLD_STORE__VECTOR_INDEX": VECTOR_INDEX}
-
-
 def settings(home: Path, model: str | None, store_env: dict[str, str]):
     env = {"RECALLD_HOME": str(home), **store_env}
     if model is not None:
