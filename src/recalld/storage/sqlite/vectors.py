@@ -10,7 +10,7 @@ this cascade:
 
 1. **Hamming** distance between the query's sign bits and every chunk's, held row-major in
    memory (48 bytes a 384-d chunk), by simsimd's popcount kernels in 64k-row blocks, two
-   threads above 200k rows (~5 ms per million 384-d chunks on 2 cores).
+   threads above 200k rows (~7 ms per million 384-d chunks on 2 idle cores).
 2. **Int8 score**: the query, quantised to int8, against each survivor's int8 copy (one byte
    a dimension and a float32 scale, held in memory: 388 bytes a 384-d chunk), by simsimd's
    int8 dot product (~2.5 ms for 30k survivors with their gather); it ranks within ~1e-3 of
