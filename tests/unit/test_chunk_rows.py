@@ -1,5 +1,5 @@
-"""`records.row_to_chunk` reads every value as the rules of `limits` say (its fast paths for
-the common values give what those rules give)."""
+"""`records.row_to_chunk` reads every value as the rules of `limits` say (the fast paths of
+`limits.number_or` and `time_or_none` for the common values give what those rules give)."""
 
 import itertools
 import math
@@ -42,11 +42,13 @@ def row(importance, event, created, accessed, retrieved, tags, meta):
 def test_numbers_and_times_follow_limits():
     for value in ODD:
         chunk = row_to_chunk(row(value, value, value, value, value, "[]", "{}"))
-        importance = limits.number_or(value, 0.5)
+        # The rules themselves, not the functions that answer common values first.
+        importance = float(value) if limits.is_number(value) else 0.5
         assert repr(chunk.importance) == repr(importance) and type(chunk.importance) is float
-        assert repr(chunk.created_at) == repr(limits.number_or(value, 0.0))
+        created = float(value) if limits.is_number(value) else 0.0
+        assert repr(chunk.created_at) == repr(created)
         for got in (chunk.event_time, chunk.last_accessed_at, chunk.last_retrieved_at):
-            assert repr(got) == repr(limits.time_or_none(value))
+            assert repr(got) == repr(float(value) if limits.is_time(value) else None)
             assert got is None or type(got) is float
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,32 +136,16 @@ def row_to_chunk(row: Any) -> Chunk:
         token_count=tokens,
         tags=() if tags == "[]" else tuple(t for t in json_column(tags, []) if isinstance(t, str)),
         memory_type=memory_type,
-        importance=_number_or(importance, 0.5),
-        event_time=_time_or_none(event_time),
-        created_at=_number_or(created_at, 0.0),
+        importance=limits.number_or(importance, 0.5),
+        event_time=limits.time_or_none(event_time),
+        created_at=limits.number_or(created_at, 0.0),
         access_count=access_count,
-        last_accessed_at=_time_or_none(last_accessed_at),
+        last_accessed_at=limits.time_or_none(last_accessed_at),
         retrieval_count=retrieval_count,
-        last_retrieved_at=_time_or_none(last_retrieved_at),
+        last_retrieved_at=limits.time_or_none(last_retrieved_at),
         status=status,
         meta=json_column(meta, {}),
     )
-
-
-# Searches read ~50 chunks each: the common values (a float in range, or no time) are
-# answered before the general rules of `limits`, which give the same for them.
-def _number_or(value: Any, default: float) -> float:
-    if type(value) is float and math.isfinite(value):
-        return value
-    return limits.number_or(value, default)
-
-
-def _time_or_none(value: Any) -> float | None:
-    if value is None:
-        return None
-    if type(value) is float and limits.TIME_MIN <= value <= limits.TIME_MAX:
-        return value
-    return limits.time_or_none(value)
 
 
 def row_to_document(row: Any) -> Document:
