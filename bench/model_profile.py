@@ -31,19 +31,10 @@ from recalld.embeddings import local
 
 
 def session(graph: Path, threads: int, *, fused: bool, profile: str | None = None) -> Any:
-    """A session like the embedder's; `fused`: with onnxruntime's SkipLayerNormFusion."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.log_severity_level = 3
-    if profile:
-        options.enable_profiling = True
-        options.profile_file_prefix = profile
-    disabled = [] if fused else list(local.FUSIONS_OFF[local.GRAPH_VERSION])
-    return ort.InferenceSession(
-        str(graph), options, providers=["CPUExecutionProvider"], disabled_optimizers=disabled
-    )
+    """The embedder's session; `fused`: with onnxruntime's SkipLayerNormFusion, as graph
+    version 2 runs it (the same graph file)."""
+    version = 2 if fused else local.GRAPH_VERSION
+    return local.open_session(graph, threads, version=version, profile=profile)
 
 
 def run_each(sess: Any, ids: list[list[int]], in_flight: int) -> npt.NDArray[np.float32]:

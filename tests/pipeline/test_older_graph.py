@@ -9,13 +9,12 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.embeddings import catalog
-from recalld.embeddings.local import GRAPH_VERSION, LocalEmbedder, open_session
+from recalld.embeddings.local import GRAPH_VERSION, LocalEmbedder
 from recalld.errors import EmbeddingError
 
 NOTE = "The heron waits in the shallows for the first light over the marsh."
@@ -99,12 +98,10 @@ def test_the_catalog_mirrors_the_versions_the_embedder_computes() -> None:
     assert set(catalog.LOCAL_OLDER_GRAPHS) == set(local.FUSIONS_OFF) - {local.GRAPH_VERSION}
 
 
-def test_graph_two_keeps_the_fused_layer_norm(tmp_path: Path, model_cache: Path) -> None:
+def test_graph_two_differs_by_float_rounding(tmp_path: Path, model_cache: Path) -> None:
+    # Version 2's session fuses each residual Add into its LayerNorm, as it always did
+    # (tests/unit/test_local_embedder.py: test_residual_adds_stay_unfused).
     current, older = graphs(model_cache, tmp_path)
-    # Version 2's session fuses each residual Add into its LayerNorm, as it always did.
-    open_session(older.graph_path, 1, tmp_path / "v2.onnx", version=2)
-    fused = {node.op_type for node in onnx.load(str(tmp_path / "v2.onnx")).graph.node}
-    assert "SkipLayerNormalization" in fused
     texts = [NOTE, "Quarterly revenue rose on strong cloud demand.", "a b c d e f g"]
     a, b = current.embed(texts), older.embed(texts)
     assert np.min(np.sum(a * b, axis=1)) > 0.99  # float rounding apart

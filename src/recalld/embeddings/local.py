@@ -373,11 +373,16 @@ class LocalEmbedder:
 
 
 def open_session(
-    graph: Path, threads: int, optimized_copy: Path | None = None, version: int = GRAPH_VERSION
+    graph: Path,
+    threads: int,
+    optimized_copy: Path | None = None,
+    version: int = GRAPH_VERSION,
+    profile: str | None = None,
 ) -> Any:
     """An onnxruntime session on `graph` as the embedder runs it at graph `version`;
     `optimized_copy`: also write the graph as the session optimised it there (to see which
-    fusions it made)."""
+    fusions it made); `profile`: write onnxruntime's per-op profile, files named from it
+    (`bench.model_profile`)."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
@@ -390,6 +395,9 @@ def open_session(
     options.log_severity_level = 3  # errors only
     if optimized_copy is not None:
         options.optimized_model_filepath = str(optimized_copy)
+    if profile is not None:
+        options.enable_profiling = True
+        options.profile_file_prefix = profile
     return ort.InferenceSession(
         str(graph),
         options,
