@@ -180,19 +180,35 @@ async def test_tight_cascade_keeps_recall(filled):
     assert np.mean(recall) >= 0.95
 
 
-def test_hamming_counts_its_distances_half_by_half():
+def test_hamming_fills_its_distances_half_by_half():
     rng = np.random.default_rng(4)
     n, words = 150_000, vectors.code_bytes(DIM) // 16  # more than two blocks a half
     signs = rng.integers(0, 2**63, (n, words), dtype=np.uint64)
     qcode = rng.integers(0, 2**63, words, dtype=np.uint64)
     dist = np.empty(n, dtype=np.uint16)
-    bins = words * 64 + 2
-    halves = [
-        vectors._hamming(signs, qcode, dist, lo, hi, bins) for lo, hi in ((0, n // 2), (n // 2, n))
-    ]
+    for lo, hi in ((0, n // 2), (n // 2, n)):
+        vectors._hamming(signs, qcode, dist, lo, hi)
     bits = np.unpackbits((signs ^ qcode).view(np.uint8), axis=1)
     assert np.array_equal(dist, bits.sum(axis=1))
-    assert np.array_equal(halves[0] + halves[1], np.bincount(dist, minlength=bins))
+
+
+@pytest.mark.parametrize("shape", ["spread", "one_value", "sampled_low", "sentinels"])
+def test_stage_one_keeps_the_rows_every_distance_counted_keeps(shape):
+    # The cut-off from the rows near a sampled guess is the one from counting every row,
+    # also where the guess keeps too few (the fallback) and with filtered rows at the sentinel.
+    rng = np.random.default_rng(9)
+    n, bins = 200_000, 386
+    dist = rng.binomial(384, 0.5, n).astype(np.uint16)
+    if shape == "one_value":
+        dist[:] = 190
+    elif shape == "sampled_low":
+        dist[: 16 * 200 : 16] = 20  # only sampled rows: the guess is too low for keep 3,001
+    elif shape == "sentinels":
+        dist[rng.random(n) < 0.9] = bins - 1
+    for keep in (1, 500, 2_000, 3_001, 30_000):
+        cumulative = np.cumsum(np.bincount(dist, minlength=bins))
+        want = np.flatnonzero(dist <= int(np.searchsorted(cumulative, keep)))
+        assert np.array_equal(vectors._nearest_distances(dist, keep, bins), want)
 
 
 def test_quantize_keeps_each_vector_within_half_a_step():
