@@ -3,6 +3,7 @@
 import asyncio
 import contextlib
 import dataclasses
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -190,6 +191,19 @@ def test_hamming_fills_its_distances_half_by_half():
         vectors._hamming(signs, qcode, dist, lo, hi)
     bits = np.unpackbits((signs ^ qcode).view(np.uint8), axis=1)
     assert np.array_equal(dist, bits.sum(axis=1))
+
+
+def test_work_in_two_returns_both_results_in_order():
+    # The first part runs in the calling thread, the second on the pool's.
+    where = {}
+
+    def work(part):
+        where[part] = threading.current_thread().name
+        return part * 2
+
+    assert vectors._in_two(work, 3, 5) == [6, 10]
+    assert where[3] == threading.current_thread().name
+    assert where[5].startswith("recalld-vectors")
 
 
 @pytest.mark.parametrize("shape", ["spread", "one_value", "sampled_low", "sentinels"])

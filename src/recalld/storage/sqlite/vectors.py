@@ -52,7 +52,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import aiosqlite
 import numpy as np
@@ -706,7 +706,7 @@ class VectorIndex:
             # In this thread: a hop to the pool cost more than the stage (~1 ms at 100k).
             _hamming(signs, qcode, dist, 0, n)
         else:
-            list(_pool().map(lambda r: _hamming(signs, qcode, dist, r[0], r[1]), halves))
+            _in_two(lambda r: _hamming(signs, qcode, dist, r[0], r[1]), halves[0], halves[1])
         filtered = bool(kinds or granularities)
         if filtered or self._dead:
             valid = alive[:n]
@@ -820,6 +820,8 @@ _HAMMING_BLOCK = 65_536
 # The cut-off's guess: every 16th distance, two more than its estimate (see _nearest_distances).
 _SAMPLE_STEP, _SAMPLE_MARGIN = 16, 2
 _POOL: ThreadPoolExecutor | None = None
+_Part = TypeVar("_Part")
+_Result = TypeVar("_Result")
 _BLAS: ThreadpoolController | None = None
 
 
@@ -836,6 +838,14 @@ def _pool() -> ThreadPoolExecutor:
     if _POOL is None:
         _POOL = ThreadPoolExecutor(2, thread_name_prefix="recalld-vectors")
     return _POOL
+
+
+def _in_two(work: Callable[[_Part], _Result], first: _Part, second: _Part) -> list[_Result]:
+    """`[work(first), work(second)]`, the second on the pool's thread meanwhile (one hop, not
+    two: the calling thread would only wait)."""
+    later = _pool().submit(work, second)
+    done = work(first)
+    return [done, later.result()]
 
 
 def _hamming(
