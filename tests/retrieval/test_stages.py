@@ -49,6 +49,31 @@ async def test_dedup_drops_identical_content_from_other_sources(memory: AsyncMem
     assert [h.chunk.text for h in kept.hits].count("The rota changes every Monday.") == 2
 
 
+async def test_candidates_read_by_status_only_are_read_whole_when_they_move_up(
+    memory: AsyncMemory,
+):
+    # With the default stages a search reads whole only the chunks of its first `limit`
+    # candidates and the others' status (`pipeline.load_for`): when dedup or the status
+    # penalty moves one of those up, its chunk is read then.
+    await memory.remember("the rota changes every monday")
+    await memory.add_text("the rota changes every monday", source="copy", name="a.txt")
+    await memory.remember("the rota changes every monday!")
+    query = "rota changes every monday"
+    every = await memory.search(query, limit=3, gate=False, dedup=False)
+    first, second, third = (h.chunk for h in every.hits)
+    assert first.text == second.text != third.text  # the copies tie, ahead of the third
+    deduped = await memory.search(query, limit=2, gate=False)
+    assert [(h.chunk.id, h.chunk.text) for h in deduped.hits] == [
+        (first.id, first.text),
+        (third.id, third.text),
+    ]
+    await memory.link(third.id, first.id, "supersedes")
+    await memory.link(third.id, second.id, "supersedes")
+    [hit] = (await memory.search(query, limit=1, gate=False)).hits
+    assert (hit.chunk.id, hit.chunk.text, hit.chunk.source) == (third.id, third.text, third.source)
+    assert hit.explain["position"] == 1 and "status_penalty" not in hit.explain
+
+
 async def test_mmr_prefers_a_different_second_hit(memory: AsyncMemory):
     texts = ["alpha beta gamma delta", "alpha beta gamma delta epsilon", "alpha zeta eta theta"]
     for i, text in enumerate(texts):

@@ -55,6 +55,18 @@ async def test_supersedes_and_contradicts_set_status_until_removed(store: Store)
     assert await status_of(store, old) == "active"
 
 
+async def test_chunks_and_statuses_reads_some_whole_and_the_others_status(store: Store) -> None:
+    await put(store, "a", ["old fact", "new fact", "other fact"])
+    old, new, other = await ids_of(store, "a")
+    await store.write(lambda c: c.add_links([(new, old, "supersedes", 1.0)]))
+    whole, statuses = await store.read(
+        lambda c: c.chunks_and_statuses([new, 10**9], [old, other, 10**9])
+    )
+    assert whole == await store.read(lambda c: c.chunks_by_id([new]))
+    assert statuses == {old: "superseded", other: "active"}
+    assert await store.read(lambda c: c.chunks_and_statuses([], [])) == ({}, {})
+
+
 async def test_deleting_the_newer_chunk_reactivates_the_older(store: Store) -> None:
     await put(store, "old", ["Ana lives in Porto"])
     await put(store, "new", ["Ana moved to Lisbon"])

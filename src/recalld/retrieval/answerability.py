@@ -161,8 +161,12 @@ class AnswerabilityCheck(Stage):
     def enabled(self, query: Query) -> bool:
         return True  # the figures are in `explain` even when the threshold is off
 
+    def reads_every_chunk(self, query: Query) -> bool:
+        return False  # the top k
+
     async def run(self, query: Query, found: Candidates) -> None:
         k = query.settings.answerability_k
+        await found.load(k)
         signals = measure_chunks(query.text, [found.chunks[c] for c in found.order[:k]], k)
         found.summary["answerability"] = {
             **signals.as_dict(),

@@ -40,7 +40,7 @@ from recalld.retrieval import (
     selftune,
     temporal,
 )
-from recalld.retrieval.pipeline import Candidates, Query, run_stages
+from recalld.retrieval.pipeline import Candidates, Query, load_for, run_stages
 from recalld.retrieval.stages import STAGES
 from recalld.retrieval.timeparse import TimeIntent, parse
 from recalld.storage.contract import Store
@@ -162,9 +162,10 @@ class Searcher:
         completed = await recall.complete(asked, recalled, self.store, self.embed_query)
         found = recall.fuse_and_gate(asked, recalled, completed, self.calibration, self.store)
         loading = time.perf_counter()
-        await found.load()
+        await load_for(STAGES, asked, found)
         found.timings["rank_ms"] = (time.perf_counter() - loading) * 1000
         await run_stages(STAGES, asked, found)
+        await found.load()  # the hits' chunks (`limit` loaded them: nothing to read)
         hits = [
             Hit(chunk=found.chunks[cid], score=found.scores[cid], explain=explain)
             for cid, explain in recall.explain_hits(recalled, completed, found).items()

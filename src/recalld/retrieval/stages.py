@@ -26,7 +26,11 @@ class Limit(Stage):
     def enabled(self, query: Query) -> bool:
         return True
 
+    def reads_every_chunk(self, query: Query) -> bool:
+        return False
+
     async def run(self, query: Query, found: Candidates) -> None:
+        await found.load(query.limit)  # the hits' chunks, and every later stage's
         found.order = found.order[: query.limit]
 
 

@@ -64,9 +64,12 @@ class StatusPenalty(Stage):
     def enabled(self, query: Query) -> bool:
         return query.settings.status_penalty
 
+    def reads_every_chunk(self, query: Query) -> bool:
+        return False  # their statuses only
+
     async def run(self, query: Query, found: Candidates) -> None:
         if found.order:
-            statuses = {c: found.chunks[c].status for c in found.order}
+            statuses = {c: found.status_of(c) for c in found.order}
             found.order, found.scores, penalised = apply(
                 found.order, found.scores, statuses, query.text
             )

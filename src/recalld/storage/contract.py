@@ -149,6 +149,15 @@ class Reader(Protocol):
         """Chunks with their source, by id; missing ids are left out."""
         ...
 
+    async def chunks_and_statuses(
+        self, ids: Sequence[int], status_ids: Sequence[int]
+    ) -> tuple[dict[int, Chunk], dict[int, str]]:
+        """The chunks of `ids` (as `chunks_by_id`) and only the status of each of
+        `status_ids`, in one query; missing ids are left out of both. A search reads the
+        chunks it may return whole and, of its other candidates, what the status penalty
+        reads."""
+        ...
+
     async def vectors_by_id(
         self, ids: Sequence[int], dimension: int
     ) -> dict[int, npt.NDArray[np.float32]]:

@@ -82,6 +82,25 @@ CHUNK_COLUMNS = (
     "c.access_count, c.last_accessed_at, c.retrieval_count, c.last_retrieved_at, c.status, c.meta"
 )
 
+# `CHUNK_COLUMNS` with every column but the id and the status NULL: the rows of the
+# candidates a search needs the status of only (`Reader.chunks_and_statuses`), read in the same
+# statement as the whole rows of the others (a chunk row always has a document id).
+_COLUMNS = CHUNK_COLUMNS.split(", ")
+_STATUS_AT = _COLUMNS.index("c.status")
+CHUNK_STATUS_COLUMNS = ", ".join(c if c in ("c.id", "c.status") else "NULL" for c in _COLUMNS)
+
+
+def chunks_and_statuses(rows: Sequence[Any]) -> tuple[dict[int, Chunk], dict[int, str]]:
+    """Rows of `CHUNK_COLUMNS` as chunks and rows of `CHUNK_STATUS_COLUMNS` as statuses."""
+    chunks: dict[int, Chunk] = {}
+    statuses: dict[int, str] = {}
+    for row in rows:
+        if row[1] is None:
+            statuses[int(row[0])] = row[_STATUS_AT]
+        else:
+            chunks[int(row[0])] = row_to_chunk(row)
+    return chunks, statuses
+
 
 def json_column(text: Any, default: Any) -> Any:
     """A JSON column read back; `NaN`, `Infinity` and `1e400` become null, and text that is not

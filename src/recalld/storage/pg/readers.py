@@ -22,10 +22,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from recalld.storage import shared_sql
+from recalld.storage import records, shared_sql
 from recalld.storage.pg import term_stats
 from recalld.storage.pg.handle import PgConn
-from recalld.storage.records import CHUNK_COLUMNS, DOCUMENT_COLUMNS, row_to_chunk, row_to_document
+from recalld.storage.records import (
+    CHUNK_COLUMNS,
+    CHUNK_STATUS_COLUMNS,
+    DOCUMENT_COLUMNS,
+    row_to_chunk,
+    row_to_document,
+)
 from recalld.types import Chunk, Document, Filters
 
 _QUOTED = re.compile(r'"((?:[^"]|"")*)"')
@@ -376,6 +382,23 @@ async def chunks_by_id(conn: PgConn, ids: Sequence[int]) -> dict[int, Chunk]:
         [list(ids)],
     )
     return {int(r[0]): row_to_chunk(r) for r in rows}
+
+
+async def chunks_and_statuses(
+    conn: PgConn, ids: Sequence[int], status_ids: Sequence[int]
+) -> tuple[dict[int, Chunk], dict[int, str]]:
+    """The chunks of `ids` and only the status of each of `status_ids`, in one query;
+    missing ids are left out of both."""
+    if not ids and not status_ids:
+        return {}, {}
+    rows = await conn.fetch(
+        f"SELECT {CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
+        "WHERE c.id = ANY(%s) UNION ALL "
+        f"SELECT {CHUNK_STATUS_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
+        "WHERE c.id = ANY(%s)",
+        [list(ids), list(status_ids)],
+    )
+    return records.chunks_and_statuses(rows)
 
 
 async def vectors_by_id(

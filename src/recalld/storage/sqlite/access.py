@@ -139,6 +139,11 @@ class SqliteReader(contract.Reader):
     async def chunks_by_id(self, ids: Sequence[int]) -> dict[int, Chunk]:
         return await readers.chunks_by_id(self.conn, ids)
 
+    async def chunks_and_statuses(
+        self, ids: Sequence[int], status_ids: Sequence[int]
+    ) -> tuple[dict[int, Chunk], dict[int, str]]:
+        return await readers.chunks_and_statuses(self.conn, ids, status_ids)
+
     async def vectors_by_id(
         self, ids: Sequence[int], dimension: int
     ) -> dict[int, npt.NDArray[np.float32]]:

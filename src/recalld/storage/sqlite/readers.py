@@ -15,9 +15,10 @@ import aiosqlite
 import numpy as np
 import numpy.typing as npt
 
-from recalld.storage import shared_sql
+from recalld.storage import records, shared_sql
 from recalld.storage.records import (
     CHUNK_COLUMNS,
+    CHUNK_STATUS_COLUMNS,
     DOCUMENT_COLUMNS,
     row_to_chunk,
     row_to_document,
@@ -266,6 +267,24 @@ async def chunks_by_id(conn: aiosqlite.Connection, ids: Sequence[int]) -> dict[i
         (json.dumps(list(ids)),),
     )
     return {int(r[0]): row_to_chunk(r) for r in rows}
+
+
+async def chunks_and_statuses(
+    conn: aiosqlite.Connection, ids: Sequence[int], status_ids: Sequence[int]
+) -> tuple[dict[int, Chunk], dict[int, str]]:
+    """The chunks of `ids` and only the status of each of `status_ids`, in one statement;
+    missing ids are left out of both."""
+    if not ids and not status_ids:
+        return {}, {}
+    rows = await fetchall(
+        conn,
+        f"SELECT {CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
+        "WHERE c.id IN (SELECT value FROM json_each(?)) UNION ALL "
+        f"SELECT {CHUNK_STATUS_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
+        "WHERE c.id IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(ids)), json.dumps(list(status_ids))),
+    )
+    return records.chunks_and_statuses(rows)
 
 
 async def vectors_by_id(
