@@ -5,15 +5,18 @@ content, with pseudo-queries whose answer it knows:
 
     documents (text, code)  a chunk's title line (or one of its sentences); the *other*
                             chunks of its document should come back (its own chunk, which
-                            holds the words verbatim, is left out of the ranking)
-    conversations           a turn (questions first); a chunk holding the turn that replies
-                            to it, but not the turn itself, should come back
+                            holds the words verbatim, is held out)
+    conversations           a turn (questions first) of any round or window of a sampled
+                            conversation; a chunk holding the turn that replies to it, but
+                            not the turn itself (held out), should come back
     memories                none (one short statement has nothing to hold out): the prior
 
 Each pseudo-query runs both routes once, filtered to its kind (vector KNN, FTS5, the keyword
-signals and the completed scores); every family in `FAMILIES` is then applied in memory to the
-same candidates and scored by MRR@10 of the targets. Per kind, the best family wins; a tie
-keeps the prior (the shipped settings, used until a store has calibrated). The choice is
+signals and the completed scores), as if the held-out chunks were not in the store; every
+family in `FAMILIES` is then applied in memory to the same candidates and scored by MRR@10 of
+the targets. Per kind, the best family wins if its gain over the prior (the shipped settings,
+used until a store has calibrated) is significant on the same pseudo-queries; otherwise, as on
+a tie, the prior stays. The choice is
 recorded in the store's `meta` (`fusion_calibration`) with the chunk count it was measured
 at, and redone when the store has grown or shrunk by `STALE_SHARE`.
 
@@ -47,13 +50,16 @@ from recalld.types import Chunk, Filters
 logger = logging.getLogger(__name__)
 
 META_KEY = "fusion_calibration"
-VERSION = 1
+# 2: the held-out chunks no longer feed the weights, so a choice recorded before is redone.
+VERSION = 2
 STALE_SHARE = 0.2  # recalibrate when the chunk count moved this much since the last run
 MIN_CHUNKS = 50  # a kind with fewer chunks keeps the prior
 MIN_QUERIES = 20  # fewer usable pseudo-queries than this: the prior
 CUTOFF = 10  # MRR@10
 EMBED_BATCH = 16
 PROGRESS_EVERY = 20
+SWITCH_P = 0.05  # the best family replaces the prior only when its gain is this significant
+FLIPS = 2000  # sign flips of that paired randomization test
 
 # The settings a calibration may choose; everything else stays as configured.
 FUSION_FIELDS = (
@@ -77,6 +83,12 @@ _BASE: dict[str, dict[str, Any]] = {
     "rrf/coverage": {"fusion": "rrf", "weighting": "coverage"},
     "rrf/idf": {"fusion": "rrf", "weighting": "idf"},
     "rrf/fixed": {"fusion": "rrf", "weighting": "fixed", "vector_weight": 0.6},
+    # The routes' endorsement of each other (fusion.route_agreement), alone and averaged with
+    # the coverage curve. They trust a keyword route whose hits the vector route also ranks
+    # high: a store whose questions share words with their answers may pick them, one whose
+    # questions are paraphrases should not. Last, so a tie keeps the earlier families' choice.
+    "score/agreement": {"fusion": "score", "weighting": "agreement"},
+    "score/coverage-agreement": {"fusion": "score", "weighting": "coverage-agreement"},
 }
 # Each base family with and without score completion (retrieval/completion.py).
 FAMILIES: dict[str, dict[str, Any]] = {
@@ -294,15 +306,24 @@ async def _candidates(
     terms = query_terms(query.text)
     expression = match_expression(terms)
     scope = Filters(kinds=(query.kind,))
+    # The held-out chunks hold the query's words verbatim: the routes see the store as if
+    # they were not in it, or their coverage (1) and their mutual endorsement (both routes'
+    # first hit) would decide every coverage and agreement weight.
+    held_out = len(query.excluded)
 
     async def routes(conn: Reader) -> tuple[Any, Any, list[int], list[list[bool]]]:
-        vec = await conn.knn(vector, pool, scope)
+        vec = await conn.knn(vector, pool + held_out, scope)
         # As a search reads it: the best matches and the terms the best `depth` hits hold.
-        keyword = await conn.keyword_search(terms, pool, scope, depth)
+        keyword = await conn.keyword_search(terms, pool + held_out, scope, depth + held_out)
         dfs = [await conn.document_frequency(quote_term(t)) for t in terms]
         return vec, keyword.hits, dfs, keyword.matched
 
-    vec_hits, kw_hits, dfs, matched = await store.read(routes)
+    vec_found, kw_found, dfs, matched_found = await store.read(routes)
+    vec_hits = [(c, d) for c, d in vec_found if c not in query.excluded][:pool]
+    kw_hits = [(c, s) for c, s in kw_found if c not in query.excluded][:pool]
+    matched = [
+        m for (c, _), m in zip(kw_found, matched_found, strict=False) if c not in query.excluded
+    ][:depth]
     similarity = {cid: 1.0 - dist for cid, dist in vec_hits}
     keyword = dict(kw_hits)
     coverage = max((fusion.idf_coverage(dfs, m, total) for m in matched), default=0.0)
@@ -349,13 +370,31 @@ def score_families(
     return out
 
 
+def paired_p(a: Sequence[float], b: Sequence[float], flips: int = FLIPS) -> float:
+    """Two-sided p-value of a paired randomization test of mean(a) - mean(b) (seeded)."""
+    diff = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    if not len(diff):
+        return 1.0
+    signs = np.random.default_rng(0).choice((-1.0, 1.0), size=(flips, len(diff)))
+    null = np.abs((signs * diff).mean(axis=1))
+    return float((np.sum(null >= abs(diff.mean()) - 1e-12) + 1) / (flips + 1))
+
+
 def choose(scores: Mapping[str, Sequence[float]], prior: str) -> str:
-    """The family with the best mean; the prior on a tie (or the first in `FAMILIES`)."""
+    """The family with the best mean (the first in `FAMILIES` on a tie), if its gain over
+    the prior on the same pseudo-queries is significant (`SWITCH_P`); else the prior.
+
+    Twenty families measured on a few hundred pseudo-queries: the best mean is partly luck,
+    and a family that won by luck moves real searches away from the shipped defaults.
+    """
     means = {n: float(np.mean(v)) if len(v) else 0.0 for n, v in scores.items()}
     best = max(means.values())
     if prior in means and means[prior] >= best - 1e-12:
         return prior
-    return next(n for n in FAMILIES if n in means and means[n] >= best - 1e-12)
+    winner = next(n for n in FAMILIES if n in means and means[n] >= best - 1e-12)
+    if prior in scores and paired_p(scores[winner], scores[prior]) >= SWITCH_P:
+        return prior
+    return winner
 
 
 async def pseudo_queries(
@@ -375,7 +414,9 @@ async def pseudo_queries(
         async with store.reading() as reader:
             whole = await reader.neighbours(doc_id, 0, 10**9)
         if kind == "conversation":
-            units = [c for c in chunks if c.granularity in ("round", "window")]
+            # Every round or window of a sampled conversation: only they make pseudo-queries,
+            # and they are a fifth of its chunks, so the sampled ones alone made too few.
+            units = [c for c in whole if c.granularity in ("round", "window")]
             out.extend(conversation_queries(whole, units, rng))
         else:
             for chunk in chunks:
