@@ -13,6 +13,7 @@ import click
 from bench import common
 from bench.options import (
     CALIBRATE_OPTION,
+    CALIBRATION_SEED_OPTION,
     CORPUS_LIMIT_OPTION,
     MODE_OPTION,
     PLOT_OPTION,
@@ -84,6 +85,7 @@ def main() -> None:
 @CORPUS_LIMIT_OPTION
 @VARIANT_OPTION
 @CALIBRATE_OPTION
+@CALIBRATION_SEED_OPTION
 @REPORT_OPTIONS
 @PLOT_OPTION
 def beir(
@@ -94,6 +96,7 @@ def beir(
     store_dir: Path | None,
     specs: tuple[str, ...],
     calibrate: bool,
+    calibration_seed: int,
     corpus_limit: int | None,
     sets: tuple[str, ...],
     results: Path,
@@ -118,6 +121,7 @@ def beir(
             parse_variants(specs),
             calibrate,
             corpus_limit,
+            calibration_seed,
         )
     )
     header = ["mode", "ndcg@10", "recall@10", "recall@100", "mrr@10", "p50 ms", "p95 ms"]
@@ -150,13 +154,7 @@ def beir(
 @store_dir_option("Keep each conversation's store here and reuse it on the next run.")
 @VARIANT_OPTION
 @CALIBRATE_OPTION
-@click.option(
-    "--calibration-seed",
-    type=int,
-    default=0,
-    show_default=True,
-    help="The seed the stores draw their pseudo-queries with (--calibrate).",
-)
+@CALIBRATION_SEED_OPTION
 @REPORT_OPTIONS
 @PLOT_OPTION
 def locomo(

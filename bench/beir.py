@@ -109,13 +109,14 @@ async def run(
     variants: dict[str, dict[str, Any]] | None = None,
     calibrate: bool = False,
     corpus_limit: int | None = None,
+    calibration_seed: int = 0,
 ) -> dict[str, Any]:
     """Ingest a BEIR corpus into the store in `workdir` and evaluate every mode.
 
     `variants` are extra modes: the shipped defaults (`full`) with some search settings changed.
     Every mode and variant is compared with bm25 and vector by a paired randomization test.
     With `calibrate`, the store calibrates its fusion first (timed) and the `calibrated` mode
-    searches with what it chose.
+    searches with what it chose; its pseudo-queries are drawn with `calibration_seed`.
     """
     corpus, queries, qrels = load_beir(folder, split)
     if corpus_limit:
@@ -137,7 +138,7 @@ async def run(
         runs += [(n, "full", v) for n, v in (variants or {}).items()]
         tuning = None
         if calibrate:
-            tuning = (await memory.calibrate()).as_dict()
+            tuning = (await memory.calibrate(seed=calibration_seed)).as_dict()
             print(f"calibrated in {tuning['seconds']} s: {tuning['kinds']}", file=sys.stderr)
             runs.append(("calibrated", "full", {"self_tune": True}))
         for name, mode, changed in runs:
@@ -157,6 +158,7 @@ async def run(
         "overrides": overrides,
         "variants": variants or {},
         "calibration": tuning,
+        "calibration_seed": calibration_seed if calibrate else None,
         "modes": results,
         "significance": metrics.significance(paired),
         "per_query": paired,  # for paired tests across runs (`bench compare`)

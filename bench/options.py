@@ -65,6 +65,13 @@ CALIBRATE_OPTION = click.option(
     help="Let each store calibrate its fusion and answerability first (timed) and add the mode "
     "`calibrated`.",
 )
+CALIBRATION_SEED_OPTION = click.option(
+    "--calibration-seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="The seed the stores draw their pseudo-queries with (--calibrate).",
+)
 VARIANT_OPTION = click.option(
     "--variant",
     "specs",

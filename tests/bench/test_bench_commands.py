@@ -361,6 +361,17 @@ def test_beir_corpus_limit_keeps_the_queries_it_can_answer(tmp_path: Path):
     assert report["modes"]["bm25"]["queries"] == 2
 
 
+def test_beir_calibrates_with_the_seed_given(tmp_path: Path):
+    make_beir(tmp_path / "beir")
+    args = ["beir", str(tmp_path / "beir"), "--mode", "bm25", "--calibrate", "--json"]
+    args += ["--calibration-seed", "3", "--results", str(tmp_path / "out")]
+    result = CliRunner().invoke(main, [*args, "--set", "embed.model=hash:64"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["calibration_seed"] == 3 and report["calibration"]["chunks"] >= 3
+    assert set(report["modes"]) == {"bm25", "calibrated"}
+
+
 def test_calibrate_command_times_one_calibration_of_a_kept_store(tmp_path: Path):
     make_beir(tmp_path / "beir")
     hashed = ["--set", "embed.model=hash:64"]
