@@ -859,7 +859,7 @@ def _hamming(
     query = qcode.view(np.uint8)
     for lo in range(start, end, _HAMMING_BLOCK):  # blocks: the kernel returns new buffers
         hi = min(end, lo + _HAMMING_BLOCK)
-        out[lo:hi] = kernels.hamming(query, signs[lo:hi].view(np.uint8))
+        kernels.hamming(query, signs[lo:hi].view(np.uint8), out[lo:hi])
 
 
 def _nearest_distances(dist: npt.NDArray[np.uint16], keep: int, bins: int) -> npt.NDArray[np.intp]:
