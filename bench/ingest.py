@@ -31,8 +31,10 @@ from recalld.config import ENV_PREFIX
 from recalld.embeddings.base import Embedder
 from recalld.errors import DaemonError, RecalldError
 from recalld.ingest.overlap import InFlight, WriteOrder
+from recalld.ingest.scheduler import FOLDER_FILES
 
-FILES_PER_CALL = 32
+# As the daemon's `ingest_now` makes its calls.
+FILES_PER_CALL = FOLDER_FILES
 
 
 def iter_files(folder: Path) -> Iterator[Path]:

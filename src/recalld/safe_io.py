@@ -3,11 +3,12 @@
 - `open_regular` opens with `O_NONBLOCK` and checks what it opened, so a FIFO, socket or
   device named like a document (or an ignore file) is refused before anything can block on it,
   with no window between a stat and the open.
-- `call_with_timeout` runs blocking file work in its own daemon thread and stops waiting at a
+- `call_with_timeout` runs blocking file work in a daemon thread and stops waiting at a
   deadline. A regular file can still block (a FUSE or network mount that hangs, a file under a
   lease, `/proc`); the caller then moves on, and because the thread is a daemon thread, not one
   of the default executor's, the process can still exit (issue 18: one such read stopped all
-  ingest and made SIGTERM hang). The stuck thread ends when the read does.
+  ingest and made SIGTERM hang). The stuck thread ends when the read does. Threads are reused
+  (`_Readers`): a stuck one only means the next call starts another.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import asyncio
 import contextlib
 import errno
 import os
+import queue
 import stat
 import threading
 from collections.abc import Callable
@@ -48,11 +50,64 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
         raise
 
 
+# An idle reader thread waits this long for more work before it ends.
+READER_IDLE_S = 5.0
+
+
+class _Readers:
+    """Daemon threads that run blocking file work, each reused while calls keep coming.
+
+    A thread per call cost the event loop ~1 ms a call, more on loaded cores: `Thread.start`
+    waits until the new thread runs, and a folder's ingest reads every file through here. A
+    call goes to an idle thread when there is one, else to a new one, so a thread stuck in a
+    read never holds up the calls after it.
+    """
+
+    def __init__(self, idle_s: float) -> None:
+        self.idle_s = idle_s
+        self._lock = threading.Lock()
+        # Invariant: threads waiting for work == `_idle` + calls queued and not yet taken.
+        self._idle = 0
+        self._calls: queue.SimpleQueue[tuple[Callable[[], None], Callable[[], None]]] = (
+            queue.SimpleQueue()
+        )
+
+    def run(self, work: Callable[[], None], hand_over: Callable[[], None]) -> None:
+        """Run `work`, then `hand_over`, in a waiting thread, or in a new one when none waits.
+        The thread counts itself idle between the two, so a call made as soon as the result
+        is handed over finds it."""
+        with self._lock:
+            start = self._idle == 0
+            if not start:
+                self._idle -= 1  # that thread is spoken for: it takes this call
+        self._calls.put((work, hand_over))
+        if start:
+            threading.Thread(target=self._serve, name="recalld-read", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                work, hand_over = self._calls.get(timeout=self.idle_s)
+            except queue.Empty:
+                with self._lock:
+                    if self._idle > 0:  # no call is queued for this thread: it ends
+                        self._idle -= 1
+                        return
+                continue  # a call was handed to the waiting threads just now: take it
+            work()
+            with self._lock:
+                self._idle += 1
+            hand_over()
+
+
+_READERS = _Readers(READER_IDLE_S)
+
+
 async def call_with_timeout(fn: Callable[[], T], limit_s: float) -> T:
     """`fn()` in a daemon thread; raises `TimeoutError` if it has not returned in `limit_s`.
 
     The thread is left to finish on its own (its result is dropped). Use it for file reads
-    only: a thread per call is cheap next to a read, and a stuck one never blocks shutdown.
+    only: a thread stuck in one never blocks shutdown, and the calls after it go to others.
     """
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
@@ -65,14 +120,18 @@ async def call_with_timeout(fn: Callable[[], T], limit_s: float) -> T:
         else:
             future.set_result(result)  # type: ignore[arg-type]
 
+    outcome: list[tuple[T | None, BaseException | None]] = []
+
     def work() -> None:
         try:
-            result, error = fn(), None
+            outcome.append((fn(), None))
         except BaseException as exc:  # handed to the caller, like to_thread does
-            result, error = None, exc
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(settle, result, error)
+            outcome.append((None, exc))
 
-    threading.Thread(target=work, name="recalld-read", daemon=True).start()
+    def hand_over() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+            loop.call_soon_threadsafe(settle, *outcome[0])
+
+    _READERS.run(work, hand_over)
     async with asyncio.timeout(limit_s):
         return await future

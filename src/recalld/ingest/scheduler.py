@@ -12,7 +12,8 @@
 - **Back-pressure**: the job queue is bounded, so a scan of a 100k-file folder waits for the
   worker instead of loading the tree.
 - **Batches**: the worker takes up to `batch_files` jobs at once and ingests them with one
-  `Ingestor.ingest_many` call, so small files share embedding batches.
+  `Ingestor.ingest_many` call, so small files share embedding batches. A folder ingested now
+  (`ingest_now`) goes in calls of `folder_files`, a few in flight.
 - **Renames** arrive as a deletion and an addition; when both land in one batch and the content
   hash matches, the document is moved instead of re-embedded.
 - **Failures** of one file go to the store's errors table (the Ingestor records its own) and
@@ -72,6 +73,8 @@ RETRY_MAX_S = 300.0
 # for space are queued again as soon as one succeeds.
 SPACE_PROBE_S = 5.0
 SPACE_PROBE_BYTES = 2**20
+# Files per `ingest_many` call in `ingest_now` (`bench ingest` makes its API calls this size).
+FOLDER_FILES = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +241,9 @@ class Scheduler:
         max_delay: Longest a busy path waits.
         queue_size: Bound of the job queue.
         batch_files: Files ingested together (sharing embedding batches).
+        folder_files: Files per call when a folder is ingested now: more than `batch_files`,
+            which keeps a watcher's changes prompt, since each call costs a transaction,
+            model calls and progress events of its own.
         admission: Ignore files, excludes, the deny-list and the symlink rule; default: the
             default `privacy` settings, symlinks kept inside the watched folders.
     """
@@ -252,12 +258,14 @@ class Scheduler:
         max_delay: float = 5.0,
         queue_size: int = 1024,
         batch_files: int = 16,
+        folder_files: int = FOLDER_FILES,
     ) -> None:
         self.ingestor = ingestor
         self.wanted = wanted
         self.debounce = debounce
         self.max_delay = max_delay
         self.batch_files = batch_files
+        self.folder_files = folder_files
         self.sources: tuple[WatchedSource, ...] = ()
         self.admission = admission or Admission(
             PrivacySettings(), roots=lambda: [s.path for s in self.sources]
@@ -610,7 +618,7 @@ class Scheduler:
             else:
                 async for state in walk(root, self.wanted, scope, self.ingestor.read_timeout_s):
                     batch.append(Job(state.path))
-                    if len(batch) >= self.batch_files:
+                    if len(batch) >= self.folder_files:
                         await finished(await flight.add(one(batch)))
                         batch = []
             if batch:

@@ -1,0 +1,59 @@
+"""`call_with_timeout`'s reader threads: reused between calls, and a stuck call never holds up
+the calls after it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from recalld.safe_io import _Readers, call_with_timeout
+
+
+async def test_calls_one_after_another_share_one_thread() -> None:
+    seen = [await call_with_timeout(threading.get_ident, 5) for _ in range(20)]
+    assert len(set(seen)) == 1
+    assert threading.get_ident() not in seen
+
+
+async def test_a_stuck_call_times_out_and_the_next_call_runs_in_another_thread() -> None:
+    release = threading.Event()
+    try:
+        with pytest.raises(TimeoutError):
+            await call_with_timeout(lambda: release.wait(30), 0.2)
+        # The thread is still stuck in the first call: the second goes elsewhere, at once.
+        assert await call_with_timeout(lambda: 42, 5) == 42
+    finally:
+        release.set()
+
+
+async def test_errors_reach_the_caller() -> None:
+    def fail() -> None:
+        raise OSError("no such thing")
+
+    with pytest.raises(OSError, match="no such thing"):
+        await call_with_timeout(fail, 5)
+
+
+def test_idle_threads_end_and_calls_after_that_still_run() -> None:
+    readers = _Readers(idle_s=0.05)
+    done = threading.Semaphore(0)
+    for _ in range(3):
+        readers.run(lambda: None, done.release)
+        assert done.acquire(timeout=5)
+
+    def living() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "recalld-read" and t.is_alive()]
+
+    before = len(living())
+    time.sleep(0.5)  # well past idle_s: this pool's thread has ended
+    assert len(living()) < before
+    readers.run(lambda: None, done.release)
+    assert done.acquire(timeout=5)
+
+
+async def test_many_calls_at_once_all_run() -> None:
+    results = await asyncio.gather(*(call_with_timeout(lambda i=i: i * i, 5) for i in range(50)))
+    assert results == [i * i for i in range(50)]
