@@ -7,6 +7,7 @@ import json
 import math
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +192,25 @@ def test_int8_runs_in_flight_give_the_same_bits_as_runs_one_by_one(int8: LocalEm
     one_by_one = LocalEmbedder(cache_dir=int8.cache_dir, runs_in_flight=1)
     assert int8.runs_in_flight > 1
     np.testing.assert_array_equal(int8.embed(SENTENCES * 3), one_by_one.embed(SENTENCES * 3))
+
+
+def _run_threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.name.startswith("recalld-embed")}
+
+
+def test_runs_in_flight_keep_their_threads_from_call_to_call(int8: LocalEmbedder) -> None:
+    embedder = LocalEmbedder(cache_dir=int8.cache_dir)
+    others = _run_threads()
+    first = embedder.embed(SENTENCES)
+    kept = _run_threads() - others
+    assert len(kept) == embedder.runs_in_flight
+    np.testing.assert_array_equal(embedder.embed(SENTENCES), first)
+    assert _run_threads() - others == kept  # the same threads, none started or ended
+    embedder.close()
+    assert not any(t.is_alive() for t in kept)
+    # A call after `close` starts them again, with the same vectors.
+    np.testing.assert_array_equal(embedder.embed(SENTENCES), first)
+    embedder.close()
 
 
 def test_int8_sub_batches_would_move_vectors(int8: LocalEmbedder) -> None:

@@ -177,6 +177,7 @@ class LocalEmbedder:
         self._runtime: _Runtime | None = None
         self._counts = RecentCounts()
         self._spans = _LastText()
+        self._pool: ThreadPoolExecutor | None = None
 
     def at_graph(self, version: int) -> LocalEmbedder:
         """The same model as graph `version` computes it (for a store embedded with that
@@ -235,16 +236,35 @@ class LocalEmbedder:
                 raise EmbeddingError(f"{self.model_id} inference failed: {exc}") from exc
             out[rows] = vectors
 
-        workers = min(self.runs_in_flight, len(runs)) if self.batch_size == 1 else 1
-        if workers < 2:
+        if self.batch_size > 1 or self.runs_in_flight < 2 or len(runs) < 2:
             for rows in runs:
                 run(rows)
         else:
             # Each run writes its own rows of `out`; the session is safe to run concurrently.
-            with ThreadPoolExecutor(workers, thread_name_prefix="recalld-embed") as pool:
-                for _ in pool.map(run, runs):
-                    pass
+            try:
+                done = self._run_pool().map(run, runs)
+            except RuntimeError:  # closed meanwhile (the model was swapped): run them here
+                done = map(run, runs)
+            for _ in done:
+                pass
         return out
+
+    def _run_pool(self) -> ThreadPoolExecutor:
+        """The `runs_in_flight` threads that run texts side by side, started once and kept:
+        a pool per call started and joined its threads at every 32 texts of an ingest."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    self.runs_in_flight, thread_name_prefix="recalld-embed"
+                )
+            return self._pool
+
+    def close(self) -> None:
+        """Stop the threads that run texts side by side (a later `embed` starts them again)."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
     def _runs(self, order: list[int], lengths: list[int]) -> list[list[int]]:
         """Split the texts, sorted by length, into `session.run`s of at most `batch_size`
