@@ -224,6 +224,32 @@ def test_int8_sub_batches_would_move_vectors(int8: LocalEmbedder) -> None:
     assert float(np.sum(together * alone, axis=1).min()) > 0.98
 
 
+def test_fused_attention_gives_the_same_bits_as_the_standard_nodes(
+    int8: LocalEmbedder, tmp_path: Path
+) -> None:
+    # The int8 graph runs each layer's attention as one QAttention node; the vectors are the
+    # ones the standard nodes give (graph versions 3 and 2), so stores keep their model id.
+    assert int8.fused_attention and "QAttention" in _ops(int8.graph_path)
+    unfused = LocalEmbedder(cache_dir=tmp_path, fused_attention=False)
+    assert unfused.graph_path != int8.graph_path and unfused.model_id == int8.model_id
+    assert "QAttention" not in _ops(_loaded(unfused).graph_path)
+    np.testing.assert_array_equal(unfused.embed(SENTENCES), int8.embed(SENTENCES))
+    # Version 2 runs the same files (only the session differs): copies spare two builds.
+    older = [
+        LocalEmbedder(cache_dir=tmp_path / "v2", fused_attention=f).at_graph(2)
+        for f in (False, True)
+    ]
+    (tmp_path / "v2").mkdir()
+    for embedder, built in zip(older, (unfused, int8), strict=True):
+        shutil.copyfile(built.graph_path, embedder.graph_path)
+    np.testing.assert_array_equal(older[0].embed(SENTENCES), older[1].embed(SENTENCES))
+
+
+def _loaded(embedder: LocalEmbedder) -> LocalEmbedder:
+    embedder.load()
+    return embedder
+
+
 def test_batch_size_does_not_change_fp32_vectors(fp32: LocalEmbedder, cache_dir: Path) -> None:
     # 3 texts or 40 padded tokens per run at most; the longest texts exceed 40 and run alone.
     small_batches = LocalEmbedder(
@@ -251,7 +277,7 @@ def test_count_tokens_excludes_specials(int8: LocalEmbedder) -> None:
 def test_second_construction_reuses_the_cache(int8: LocalEmbedder, cache_dir: Path) -> None:
     path = int8.graph_path
     assert path.parent == cache_dir
-    assert path.name == "minilm-l6-v2--onnx-int8pc-v3.onnx"
+    assert path.name == "minilm-l6-v2--onnx-int8pc-v3.qattention.onnx"
     before = path.stat().st_mtime_ns
     again = LocalEmbedder(cache_dir=cache_dir)
     again.load()
@@ -260,7 +286,7 @@ def test_second_construction_reuses_the_cache(int8: LocalEmbedder, cache_dir: Pa
     # No temp files left behind by the atomic write.
     assert sorted(p.name for p in cache_dir.iterdir()) == [
         "minilm-l6-v2--onnx-fp32-v3.onnx",
-        "minilm-l6-v2--onnx-int8pc-v3.onnx",
+        "minilm-l6-v2--onnx-int8pc-v3.qattention.onnx",
     ]
 
 

@@ -26,7 +26,15 @@ OPSET = 17
 # What transformers 4.8 (which trained this model) added to masked attention scores.
 _MASK_BIAS = -10000.0
 
+# onnxruntime's contrib operators (Attention).
+MS_DOMAIN = "com.microsoft"
+
 Weights = Mapping[str, npt.NDArray[Any]]
+
+
+def attention_node_name(qkv: str) -> str:
+    """The name of the fused `Attention` node whose QKV projection is `qkv`."""
+    return f"{qkv}.attention"
 
 
 def matmul_node_name(linear: str) -> str:
@@ -92,6 +100,63 @@ class _Builder:
         return self.op("LayerNormalization", [x, scale, bias], axis=-1, epsilon=eps)
 
 
+class _UnfusedAttention:
+    """Self-attention in standard ops: the QKV product, Split, per-head Reshape and Transpose,
+    the score MatMul with the mask bias, Softmax, the context MatMul and the merge back."""
+
+    def __init__(self, g: _Builder, config: BertConfig, masked: str) -> None:
+        self.g = g
+        hidden, heads = config.hidden_size, config.num_heads
+        self.split_heads = g.const("shape.split_heads", _i64(0, 0, heads, hidden // heads))
+        self.merge_heads = g.const("shape.merge_heads", _i64(0, 0, hidden))
+        self.qkv_sizes = g.const("shape.qkv_sizes", _i64(hidden, hidden, hidden))
+        # `masked` (1 where padding) as an additive bias on the scores, [batch, 1, 1, seq].
+        bias = g.op("Mul", [masked, g.const("const.mask_bias", _f32(_MASK_BIAS))])
+        self.bias = g.op("Unsqueeze", [bias, g.const("axes.1_2", _i64(1, 2))])
+
+    def __call__(self, x: str, name: str, qkv_w: npt.NDArray[Any], qkv_b: npt.NDArray[Any]) -> str:
+        g = self.g
+        qkv = g.linear(x, name, qkv_w, qkv_b)
+        q, k, v = (f"{name}.q", f"{name}.k", f"{name}.v")
+        g.nodes.append(
+            helper.make_node(
+                "Split", [qkv, self.qkv_sizes], [q, k, v], name=f"{name}.split", axis=-1
+            )
+        )
+        qh = g.op("Transpose", [g.op("Reshape", [q, self.split_heads])], perm=[0, 2, 1, 3])
+        kt = g.op("Transpose", [g.op("Reshape", [k, self.split_heads])], perm=[0, 2, 3, 1])
+        vh = g.op("Transpose", [g.op("Reshape", [v, self.split_heads])], perm=[0, 2, 1, 3])
+        scores = g.op("Add", [g.op("MatMul", [qh, kt]), self.bias])
+        context = g.op("MatMul", [g.op("Softmax", [scores], axis=-1), vh])
+        return g.op("Reshape", [g.op("Transpose", [context], perm=[0, 2, 1, 3]), self.merge_heads])
+
+
+class _FusedAttention:
+    """Self-attention as one onnxruntime `Attention` node (com.microsoft), which the dynamic
+    quantiser turns into `QAttention`: the same QKV product, scores, mask and softmax, without
+    the Split, Reshape and Transpose nodes and their copies."""
+
+    def __init__(self, g: _Builder, config: BertConfig) -> None:
+        self.g = g
+        self.heads = config.num_heads
+        # A [batch, seq] mask of 1s and 0s; the op adds mask_filter_value where it is 0.
+        self.mask_index = g.op("Cast", ["attention_mask"], to=TensorProto.INT32)
+
+    def __call__(self, x: str, name: str, qkv_w: npt.NDArray[Any], qkv_b: npt.NDArray[Any]) -> str:
+        g = self.g
+        weight = g.const(f"{name}.weight_t", qkv_w.T.astype(np.float32))
+        bias = g.const(f"{name}.bias", qkv_b.astype(np.float32))
+        return g.op(
+            "Attention",
+            [x, weight, bias, self.mask_index],
+            name=attention_node_name(name),
+            domain=MS_DOMAIN,
+            num_heads=self.heads,
+            scale=1.0,  # 1/sqrt(head_dim) is folded into the query weights
+            mask_filter_value=_MASK_BIAS,
+        )
+
+
 def _i64(*values: int) -> npt.NDArray[np.int64]:
     return np.array(values, dtype=np.int64)
 
@@ -100,25 +165,25 @@ def _f32(value: float) -> npt.NDArray[np.float32]:
     return np.array(value, dtype=np.float32)
 
 
-def build_bert_graph(weights: Weights, config: BertConfig) -> onnx.ModelProto:
+def build_bert_graph(
+    weights: Weights, config: BertConfig, *, attention_op: bool = False
+) -> onnx.ModelProto:
     """Build the full encode-pool-normalise graph.
 
     Args:
         weights: The safetensors tensors of a `BertModel` (names as in `model.safetensors`).
         config: Layer count, heads, width and LayerNorm epsilon.
+        attention_op: Each layer's self-attention as one onnxruntime `Attention` node
+            (com.microsoft) instead of MatMul, Split, Reshape, Transpose and Softmax nodes.
 
     Returns:
         A checked ONNX model with inputs `input_ids`, `attention_mask` and output `embeddings`.
     """
     g = _Builder()
-    hidden, heads = config.hidden_size, config.num_heads
-    head_dim = hidden // heads
+    hidden = config.hidden_size
     eps = config.layer_norm_eps
 
     # Constants shared by every layer.
-    split_heads = g.const("shape.split_heads", _i64(0, 0, heads, head_dim))
-    merge_heads = g.const("shape.merge_heads", _i64(0, 0, hidden))
-    qkv_sizes = g.const("shape.qkv_sizes", _i64(hidden, hidden, hidden))
     one = g.const("const.one", _f32(1.0))
     half = g.const("const.half", _f32(0.5))
     sqrt2 = g.const("const.sqrt2", _f32(math.sqrt(2.0)))
@@ -140,13 +205,15 @@ def build_bert_graph(weights: Weights, config: BertConfig) -> onnx.ModelProto:
     )
     x = g.layer_norm(g.op("Add", [words, pos]), "embeddings.LayerNorm", weights, eps)
 
-    # The mask as an additive bias on the attention scores, [batch, 1, 1, seq].
     mask = g.op("Cast", ["attention_mask"], to=TensorProto.FLOAT)
-    bias = g.op("Mul", [g.op("Sub", [one, mask]), g.const("const.mask_bias", _f32(_MASK_BIAS))])
-    bias = g.op("Unsqueeze", [bias, g.const("axes.1_2", _i64(1, 2))])
+    attention = (
+        _FusedAttention(g, config)
+        if attention_op
+        else _UnfusedAttention(g, config, g.op("Sub", [one, mask]))
+    )
 
     # Folding 1/sqrt(head_dim) into the query projection saves a Mul on every score matrix.
-    scale = 1.0 / math.sqrt(head_dim)
+    scale = 1.0 / math.sqrt(hidden // config.num_heads)
     for i in range(config.num_layers):
         p = f"encoder.layer.{i}"
         att = f"{p}.attention.self"
@@ -156,17 +223,7 @@ def build_bert_graph(weights: Weights, config: BertConfig) -> onnx.ModelProto:
         q_b, k_b, v_b = (weights[f"{att}.{n}.bias"] for n in ("query", "key", "value"))
         qkv_w = np.concatenate([q_w * scale, k_w, v_w])
         qkv_b = np.concatenate([q_b * scale, k_b, v_b])
-        qkv = g.linear(x, f"{att}.qkv", qkv_w, qkv_b)
-        q, k, v = (f"{p}.q", f"{p}.k", f"{p}.v")
-        g.nodes.append(
-            helper.make_node("Split", [qkv, qkv_sizes], [q, k, v], name=f"{p}.split", axis=-1)
-        )
-        qh = g.op("Transpose", [g.op("Reshape", [q, split_heads])], perm=[0, 2, 1, 3])
-        kt = g.op("Transpose", [g.op("Reshape", [k, split_heads])], perm=[0, 2, 3, 1])
-        vh = g.op("Transpose", [g.op("Reshape", [v, split_heads])], perm=[0, 2, 1, 3])
-        scores = g.op("Add", [g.op("MatMul", [qh, kt]), bias])
-        context = g.op("MatMul", [g.op("Softmax", [scores], axis=-1), vh])
-        context = g.op("Reshape", [g.op("Transpose", [context], perm=[0, 2, 1, 3]), merge_heads])
+        context = attention(x, f"{att}.qkv", qkv_w, qkv_b)
         out = f"{p}.attention.output"
         attended = g.linear(
             context, f"{out}.dense", weights[f"{out}.dense.weight"], weights[f"{out}.dense.bias"]
@@ -203,7 +260,9 @@ def build_bert_graph(weights: Weights, config: BertConfig) -> onnx.ModelProto:
         initializer=g.initializers,
     )
     model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="recalld"
+        graph,
+        opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid(MS_DOMAIN, 1)],
+        producer_name="recalld",
     )
     model.ir_version = 8  # the newest IR that opset 17 runtimes are guaranteed to read
     onnx.checker.check_model(model)

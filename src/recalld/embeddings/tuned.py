@@ -97,6 +97,8 @@ def tuned_embedder(spec: str, models_dir: Path, threads: int | None = None) -> L
         intra_op_num_threads=threads,
         model_name=manifest.get("model_name", folder.name),
         weights_sha256=str(manifest["weights_sha256"]),
+        # Models tuned before the fused-attention graph keep the graph their checksum is of.
+        fused_attention=bool(manifest.get("fused_attention", False)),
     )
     graph = embedder.graph_path
     if graph.exists() and sha256_of(graph) != manifest.get("graph_sha256"):

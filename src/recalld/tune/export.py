@@ -44,6 +44,7 @@ def build(
             "model_id": embedder.model_id,
             "weights_sha256": embedder.weights_sha256,
             "graph_sha256": tuned.sha256_of(embedder.graph_path),
+            "fused_attention": embedder.fused_attention,
         }
         (folder / tuned.MANIFEST).write_text(json.dumps(record, indent=2, sort_keys=True))
         for path in folder.iterdir():
