@@ -1,13 +1,15 @@
-"""Where the packaged int8 model's time goes, per onnxruntime op, and what the
-SkipLayerNormalization fusion that the embedder turns off would cost.
+"""Where the packaged int8 model's time goes, per onnxruntime op, what the
+SkipLayerNormalization fusion that the embedder turns off would cost, and what its fused
+attention (one QAttention node per layer) saves.
 
     python -m bench.model_profile ../shared/data/scifact [DOCS] [ROUNDS]
 
 On the chunks of the first DOCS SciFact abstracts (cut as ingest cuts them), each text run
 alone as the embedder runs it: the share of kernel time per op type (onnxruntime's profiler,
 one intra-op thread, one run at a time), then the CPU per text with the fusion off (the
-embedder's session) and on, in alternating rounds of two runs in flight, and how far their
-vectors are from each other and from fp32's.
+embedder's session) and on, and with the attention in standard nodes (the graph before
+`fused_attention`), in alternating rounds of two runs in flight, and how far their vectors are
+from each other and from fp32's.
 """
 
 from __future__ import annotations
@@ -81,12 +83,16 @@ def main(folder: Path, docs: int = 80, rounds: int = 3) -> None:
         "op_shares_fusion_off": op_shares(graph, ids, False, workdir),
         "op_shares_fusion_on": op_shares(graph, ids, True, workdir),
     }
+    unfused = local.LocalEmbedder(cache_dir=workdir, fused_attention=False)
+    unfused.load()
     opened = {
         "fusion off (default)": session(graph, embedder.threads, fused=False),
         "fusion on": session(graph, embedder.threads, fused=True),
+        "attention in standard nodes": session(unfused.graph_path, embedder.threads, fused=False),
     }
     vectors = {name: run_each(sess, ids, local.RUNS_IN_FLIGHT) for name, sess in opened.items()}
-    off, on = vectors.values()
+    off, on, standard = vectors.values()
+    report["attention_fused_same_bits"] = bool(np.array_equal(off, standard))
     fp32 = local.LocalEmbedder(quantize=False, cache_dir=workdir).embed(chunks)
     report["cosine_off_to_on"] = _cosines(off, on)
     report["cosine_to_fp32"] = {name: _cosines(v, fp32) for name, v in vectors.items()}
@@ -97,6 +103,12 @@ def main(folder: Path, docs: int = 80, rounds: int = 3) -> None:
             run_each(sess, ids, local.RUNS_IN_FLIGHT)
             cpu[name].append(1000 * (time.process_time() - started) / len(ids))
     report["cpu_ms_per_text"] = {name: round(statistics.median(v), 2) for name, v in cpu.items()}
+    default = cpu["fusion off (default)"]
+    # Each round's ratio to the default's time in the same round, then their median.
+    report["cpu_ratio_to_default"] = {
+        name: round(statistics.median(t / d for t, d in zip(v, default, strict=True)), 3)
+        for name, v in cpu.items()
+    }
     print(json.dumps(report, indent=2))
 
 
