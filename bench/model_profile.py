@@ -1,15 +1,16 @@
 """Where the packaged int8 model's time goes, per onnxruntime op, what the
 SkipLayerNormalization fusion that the embedder turns off would cost, and what its fused
-attention (one QAttention node per layer) saves.
+attention (one QAttention node per layer) saves, and what quantising the one MatMul it keeps
+in fp32 (layer 0's output projection) would save and cost.
 
     python -m bench.model_profile ../shared/data/scifact [DOCS] [ROUNDS]
 
 On the chunks of the first DOCS SciFact abstracts (cut as ingest cuts them), each text run
 alone as the embedder runs it: the share of kernel time per op type (onnxruntime's profiler,
 one intra-op thread, one run at a time), then the CPU per text with the fusion off (the
-embedder's session) and on, and with the attention in standard nodes (the graph before
-`fused_attention`), in alternating rounds of two runs in flight, and how far their vectors are
-from each other and from fp32's.
+embedder's session) and on, with the attention in standard nodes (the graph before
+`fused_attention`) and with every MatMul int8, in alternating rounds of two runs in flight, and
+how far their vectors are from each other and from fp32's.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import onnxruntime as ort
+from safetensors.numpy import load_file
 
 from bench.int8_batching import texts as scifact_texts
 from recalld.embeddings import local
+from recalld.embeddings.onnx_graph import BertConfig, build_bert_graph
 
 
 def session(graph: Path, threads: int, *, fused: bool, profile: str | None = None) -> Any:
@@ -85,16 +88,22 @@ def main(folder: Path, docs: int = 80, rounds: int = 3) -> None:
     }
     unfused = local.LocalEmbedder(cache_dir=workdir, fused_attention=False)
     unfused.load()
+    all_int8 = workdir / "all-int8.onnx"
+    weights = load_file(str(embedder.model_dir / "model.safetensors"))
+    config = BertConfig.from_json(json.loads((embedder.model_dir / "config.json").read_text()))
+    local._quantize(build_bert_graph(weights, config, attention_op=True), all_int8, keep_fp32=())
     opened = {
         "fusion off (default)": session(graph, embedder.threads, fused=False),
         "fusion on": session(graph, embedder.threads, fused=True),
         "attention in standard nodes": session(unfused.graph_path, embedder.threads, fused=False),
+        "every MatMul int8": session(all_int8, embedder.threads, fused=False),
     }
     vectors = {name: run_each(sess, ids, local.RUNS_IN_FLIGHT) for name, sess in opened.items()}
-    off, on, standard = vectors.values()
+    off, on, standard, every_int8 = vectors.values()
     report["attention_fused_same_bits"] = bool(np.array_equal(off, standard))
     fp32 = local.LocalEmbedder(quantize=False, cache_dir=workdir).embed(chunks)
     report["cosine_off_to_on"] = _cosines(off, on)
+    report["cosine_every_int8_to_default"] = _cosines(every_int8, off)
     report["cosine_to_fp32"] = {name: _cosines(v, fp32) for name, v in vectors.items()}
     cpu: dict[str, list[float]] = {name: [] for name in opened}
     for _ in range(rounds):

@@ -478,7 +478,7 @@ class _DropPreprocessHint(logging.Filter):
         return "pre-processing" not in record.getMessage()
 
 
-def _quantize(model: onnx.ModelProto, target: Path) -> None:
+def _quantize(model: onnx.ModelProto, target: Path, keep_fp32: Sequence[str] = _KEEP_FP32) -> None:
     # Per-channel weight scales matter: per-tensor ones gave a mean cosine to fp32 of ~0.94
     # (worst ~0.83) against ~0.99 here. Only MatMul: the embedding lookup (Gather) costs memory,
     # not time. The quantiser always stores MatMul weights in 7 bits, which keeps AVX2's
@@ -492,7 +492,7 @@ def _quantize(model: onnx.ModelProto, target: Path) -> None:
             op_types_to_quantize=["MatMul", "Attention"],
             per_channel=True,
             weight_type=QuantType.QInt8,
-            nodes_to_exclude=list(_KEEP_FP32),
+            nodes_to_exclude=list(keep_fp32),
             # onnx's shape inference does not know the contrib `Attention` op's output type.
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )
