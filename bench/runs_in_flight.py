@@ -1,10 +1,12 @@
-"""The int8 model's one-text runs one at a time, or `RUNS_IN_FLIGHT` at once, on SciFact chunks.
+"""The int8 model's one-text runs one at a time, or `RUNS_IN_FLIGHT` at once (each on its share
+of the cores, the default, or each on all of them), on SciFact chunks.
 
     python -m bench.runs_in_flight ../shared/data/scifact [DOCS] [BATCH]
 
-Both ways embed the same batches of `BATCH` texts (what ingest hands the model), alternating
-batch by batch in one process, so a shared machine's load falls on both alike. Prints their
-wall and CPU seconds, the ratio of the walls, and whether every vector is the same bits.
+Every way embeds the same batches of `BATCH` texts (what ingest hands the model), in turn batch
+by batch in one process (the order rotating), so a shared machine's load falls on all alike.
+Prints their wall and CPU seconds, each way's median per-batch wall ratio to the first, and
+whether every vector is the same bits.
 """
 
 from __future__ import annotations
@@ -24,32 +26,38 @@ from recalld.embeddings.local import RUNS_IN_FLIGHT, LocalEmbedder
 
 def main(folder: Path, docs: int = 150, batch: int = 32) -> None:
     cache = Path(tempfile.mkdtemp(prefix="runs-in-flight-"))
+    default = LocalEmbedder(cache_dir=cache)
     ways = {
         "one at a time": LocalEmbedder(cache_dir=cache, runs_in_flight=1),
-        f"{RUNS_IN_FLIGHT} at once (default)": LocalEmbedder(cache_dir=cache),
+        f"{RUNS_IN_FLIGHT} at once, each on every core": LocalEmbedder(
+            cache_dir=cache, run_threads=default.threads
+        ),
+        f"{RUNS_IN_FLIGHT} at once, {default.run_threads} thread(s) each (default)": default,
     }
-    corpus = texts(folder, docs, 0, next(iter(ways.values())).count_tokens)
+    corpus = texts(folder, docs, 0, default.count_tokens)
     walls: dict[str, list[float]] = {name: [] for name in ways}
     cpus: dict[str, list[float]] = {name: [] for name in ways}
     same = True
+    names = list(ways)
     for i, start in enumerate(range(0, len(corpus), batch)):
         part = corpus[start : start + batch]
         found = []
-        for name, embedder in ways.items() if i % 2 == 0 else reversed(ways.items()):
+        for name in names[i % len(names) :] + names[: i % len(names)]:
             wall, cpu = time.perf_counter(), time.process_time()
-            found.append(embedder.embed(part))
+            found.append(ways[name].embed(part))
             walls[name].append(time.perf_counter() - wall)
             cpus[name].append(time.process_time() - cpu)
-        same = same and bool(np.array_equal(found[0], found[1]))
-    first, second = ways
-    ratios = [b / a for a, b in zip(walls[first], walls[second], strict=True)]
+        same = same and all(np.array_equal(found[0], f) for f in found[1:])
+    first = names[0]
     report = {
         "texts": len(corpus),
-        "batches": len(ratios),
+        "batches": len(walls[first]),
         "wall_s": {name: round(sum(v), 2) for name, v in walls.items()},
         "cpu_s": {name: round(sum(v), 2) for name, v in cpus.items()},
-        "wall_ratio": round(sum(walls[second]) / sum(walls[first]), 2),
-        "median_batch_ratio": round(statistics.median(ratios), 2),
+        "median_batch_wall_ratio_to_first": {
+            name: round(statistics.median(b / a for a, b in zip(walls[first], v, strict=True)), 3)
+            for name, v in walls.items()
+        },
         "bit_identical": same,
     }
     print(json.dumps(report, indent=2))

@@ -213,6 +213,19 @@ def test_runs_in_flight_keep_their_threads_from_call_to_call(int8: LocalEmbedder
     embedder.close()
 
 
+def test_runs_in_flight_share_the_cores_out(int8: LocalEmbedder) -> None:
+    # Two runs in flight on two threads get one each (a query, run alone, keeps both), and the
+    # thread count of a run does not change its bits.
+    embedder = LocalEmbedder(cache_dir=int8.cache_dir, intra_op_num_threads=2)
+    assert embedder.run_threads == 1
+    alone = np.stack([embedder.embed([text])[0] for text in SENTENCES])
+    np.testing.assert_array_equal(embedder.embed(SENTENCES), alone)
+    assert embedder._side is not None
+    assert embedder._side.get_session_options().intra_op_num_threads == 1
+    assert embedder._load().session.get_session_options().intra_op_num_threads == 2
+    embedder.close()
+
+
 def test_int8_sub_batches_would_move_vectors(int8: LocalEmbedder) -> None:
     # Why int8 runs texts alone: with one activation scale per run, a text in a sub-batch gets
     # a vector a little off the one it gets alone.

@@ -59,10 +59,13 @@ INT8_BATCH_SIZE = 1
 BATCH_TOKENS = 512
 # One-text runs (int8) in flight at once when a call has several (ingest: 32 texts). A lone
 # text's run splits its small tensors between the intra-op threads and waits for the slowest
-# at every node; two runs side by side keep both cores busy between those joins. The CPU time
-# per text is the same, and so is every vector (a run's result does not depend on what runs
-# beside it). fp32 sub-batches run one at a time: two of up to 512 padded tokens at once ran
-# 2.3x slower (one run each, on the loaded 2-core machine).
+# at every node; two runs side by side keep both cores busy between those joins. Each run in
+# flight gets its share of the cores (`run_threads`: one each on two), so no run waits for
+# another's thread: 0.90x the wall and CPU of two runs on two threads each
+# (`python -m bench.runs_in_flight`). Every vector is the same bits (a run's result depends
+# neither on what runs beside it nor on its thread count). fp32 sub-batches run one at a
+# time: two of up to 512 padded tokens at once ran 2.3x slower (one run each, on the loaded
+# 2-core machine).
 RUNS_IN_FLIGHT = 2
 # The onnxruntime fusions each graph version's session must not apply; the graph file is the
 # same. Version 3 turns SkipLayerNormalization off (a residual Add fused into the LayerNorm
@@ -129,6 +132,8 @@ class LocalEmbedder:
             `BATCH_SIZE` for fp32. int8 vectors depend on their companions when above 1.
         batch_tokens: Most padded tokens per `session.run` (a longer text still runs, alone).
         runs_in_flight: One-text runs (int8) at once in a call with several; 1: one by one.
+        run_threads: onnxruntime threads of each run in flight; defaults to the cores shared
+            out between them (`intra_op_num_threads // runs_in_flight`, at least 1).
         graph_version: Compute the vectors as this graph version did (`FUSIONS_OFF`); it is
             part of `model_id`.
         fused_attention: Build the graph with one attention node per layer (the same
@@ -148,6 +153,7 @@ class LocalEmbedder:
         batch_size: int | None = None,
         batch_tokens: int = BATCH_TOKENS,
         runs_in_flight: int = RUNS_IN_FLIGHT,
+        run_threads: int | None = None,
         model_name: str = "minilm-l6-v2",
         weights_sha256: str = WEIGHTS_SHA256,
         graph_version: int = GRAPH_VERSION,
@@ -167,6 +173,7 @@ class LocalEmbedder:
             "batch_size": batch_size,
             "batch_tokens": batch_tokens,
             "runs_in_flight": runs_in_flight,
+            "run_threads": run_threads,
             "model_name": model_name,
             "weights_sha256": weights_sha256,
             "fused_attention": fused_attention,
@@ -185,11 +192,13 @@ class LocalEmbedder:
         self.batch_size = max(1, batch_size)
         self.batch_tokens = batch_tokens
         self.runs_in_flight = max(1, runs_in_flight)
+        self.run_threads = run_threads or max(1, self.threads // self.runs_in_flight)
         self._lock = threading.Lock()
         self._runtime: _Runtime | None = None
         self._counts = RecentCounts()
         self._spans = _LastText()
         self._pool: ThreadPoolExecutor | None = None
+        self._side: Any = None  # `_side_session`
 
     def at_graph(self, version: int) -> LocalEmbedder:
         """The same model as graph `version` computes it (for a store embedded with that
@@ -234,7 +243,7 @@ class LocalEmbedder:
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         runs = self._runs(order, lengths)
 
-        def run(rows: list[int]) -> None:
+        def run(rows: list[int], session: Any = rt.session) -> None:
             # The longest text is the last one: it sets the padding.
             ids = np.zeros((len(rows), lengths[rows[-1]]), dtype=np.int64)
             mask = np.zeros_like(ids)
@@ -242,9 +251,7 @@ class LocalEmbedder:
                 ids[i, : lengths[r]] = token_ids[r]
                 mask[i, : lengths[r]] = 1
             try:
-                (vectors,) = rt.session.run(
-                    ["embeddings"], {"input_ids": ids, "attention_mask": mask}
-                )
+                (vectors,) = session.run(["embeddings"], {"input_ids": ids, "attention_mask": mask})
             except Exception as exc:
                 raise EmbeddingError(f"{self.model_id} inference failed: {exc}") from exc
             out[rows] = vectors
@@ -254,13 +261,32 @@ class LocalEmbedder:
                 run(rows)
         else:
             # Each run writes its own rows of `out`; the session is safe to run concurrently.
+            side = self._side_session()
             try:
-                done = self._run_pool().map(run, runs)
+                done = self._run_pool().map(lambda rows: run(rows, side), runs)
             except RuntimeError:  # closed meanwhile (the model was swapped): run them here
                 done = map(run, runs)
             for _ in done:
                 pass
         return out
+
+    def _side_session(self) -> Any:
+        """The session the runs in flight use: the cores shared out between them, opened on
+        the first call that runs texts side by side (a query, one text, never does).
+
+        Each of two runs on two intra-op threads waits at every node for its slower half, and
+        the busier the cores (an ingest also chunks, writes and indexes), the longer that wait.
+        With one thread a run, the two never wait for each other. A run's result does not
+        depend on its thread count: the same bits (`test_local_embedder`). It holds a second
+        copy of the graph (~61 MB of anonymous memory, most of it the fp32 word embeddings),
+        only in a process that embeds several texts at once; `close` drops it.
+        """
+        if self.run_threads == self.threads:
+            return self._load().session
+        with self._lock:
+            if self._side is None:
+                self._side = self._open_session(self.run_threads)
+            return self._side
 
     def _run_pool(self) -> ThreadPoolExecutor:
         """The `runs_in_flight` threads that run texts side by side, started once and kept:
@@ -273,9 +299,10 @@ class LocalEmbedder:
             return self._pool
 
     def close(self) -> None:
-        """Stop the threads that run texts side by side (a later `embed` starts them again)."""
+        """Stop the threads that run texts side by side and drop their session (a later `embed`
+        starts them again)."""
         with self._lock:
-            pool, self._pool = self._pool, None
+            pool, self._pool, self._side = self._pool, None, None
         if pool is not None:
             pool.shutdown(wait=True)
 
@@ -362,9 +389,11 @@ class LocalEmbedder:
         tokenizer.no_padding()  # embed() pads each sub-batch itself
         return tokenizer
 
-    def _open_session(self) -> Any:
+    def _open_session(self, threads: int | None = None) -> Any:
         try:
-            return open_session(self.graph_path, self.threads, version=self.graph_version)
+            return open_session(
+                self.graph_path, threads or self.threads, version=self.graph_version
+            )
         except Exception as exc:
             raise EmbeddingError(f"cannot load {self.graph_path}: {exc}") from exc
 
