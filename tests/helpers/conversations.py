@@ -29,6 +29,22 @@ def ana_and_ben(sample_id: str) -> dict[str, Any]:
     }
 
 
+# The dates `ana_and_ben_sessions` gives its sessions, in order.
+SESSION_DATES = ("1:56 pm on 8 May, 2023", "2:10 pm on 20 May, 2023")
+
+
+def ana_and_ben_sessions(sample_id: str, *sessions: list[dict[str, Any]]) -> dict[str, Any]:
+    """A LoCoMo sample of Ana and Ben's `sessions` (turns of `speaker` and `text`), each turn
+    given its `dia_id` ("D<session>:<turn>") and each session its date from `SESSION_DATES`."""
+    conversation: dict[str, Any] = {"speaker_a": "Ana", "speaker_b": "Ben"}
+    for s, (turns, date) in enumerate(zip(sessions, SESSION_DATES, strict=False), start=1):
+        for i, turn in enumerate(turns, start=1):
+            turn["dia_id"] = f"D{s}:{i}"
+        conversation[f"session_{s}_date_time"] = date
+        conversation[f"session_{s}"] = turns
+    return {"sample_id": sample_id, "conversation": conversation}
+
+
 @asynccontextmanager
 async def memory_with(
     tmp_path: Path, sample: dict[str, Any], source: str, pg_url: str | None = None

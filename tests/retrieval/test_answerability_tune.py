@@ -10,7 +10,7 @@ from recalld.api import AsyncMemory
 from recalld.cli.admin import answerability_line
 from recalld.retrieval import answerability_tune, selftune
 from recalld.types import Chunk, Filters
-from tests.helpers.conversations import memory_with
+from tests.helpers.conversations import ana_and_ben_sessions, memory_with
 
 TOPICS = [
     ("planted", "tomatoes", "basil", "garden"),
@@ -55,20 +55,7 @@ def sample() -> dict[str, object]:
             {"speaker": other, "text": f"I {verb} some {thing} with {detail} at a {place} too."},
             {"speaker": owner, "text": "Cool."},
         ]
-    for s, turns in enumerate((first, second), start=1):
-        for i, turn in enumerate(turns, start=1):
-            turn["dia_id"] = f"D{s}:{i}"
-    return {
-        "sample_id": "conv-tune",
-        "conversation": {
-            "speaker_a": "Ana",
-            "speaker_b": "Ben",
-            "session_1_date_time": "1:56 pm on 8 May, 2023",
-            "session_1": first,
-            "session_2_date_time": "2:10 pm on 20 May, 2023",
-            "session_2": second,
-        },
-    }
+    return ana_and_ben_sessions("conv-tune", first, second)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

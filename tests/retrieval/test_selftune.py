@@ -9,7 +9,7 @@ import pytest
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
 from recalld.retrieval import selftune
-from tests.helpers.conversations import memory_with
+from tests.helpers.conversations import ana_and_ben_sessions, memory_with
 from tests.helpers.records import stored_chunk
 from tests.retrieval.corpus import PASSAGES
 
@@ -179,17 +179,7 @@ def question_and_answer_rounds(rounds: int) -> dict[str, object]:
             {"speaker": "Ana", "text": f"My answer number {n} is about the garden shed."},
             {"speaker": "Ben", "text": f"What happened to the shed after week {n + 1}?"},
         ]
-    for i, turn in enumerate(turns, start=1):
-        turn["dia_id"] = f"D1:{i}"
-    return {
-        "sample_id": "conv-draw",
-        "conversation": {
-            "speaker_a": "Ana",
-            "speaker_b": "Ben",
-            "session_1_date_time": "1:56 pm on 8 May, 2023",
-            "session_1": turns,
-        },
-    }
+    return ana_and_ben_sessions("conv-draw", turns)
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
