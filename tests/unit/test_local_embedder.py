@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import math
 import os
 import shutil
@@ -324,6 +325,16 @@ def test_unreadable_cache_file_is_rebuilt(tmp_path: Path) -> None:
     embedder.load()
     assert embedder.graph_path.stat().st_size > 1_000_000
     assert embedder.embed(["hello"]).shape == (1, 384)
+
+
+def test_building_the_int8_graph_logs_no_warnings(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The quantiser warns through the root logger about pre-processing and about tensors after
+    # the contrib Attention node it cannot type; neither is news to someone starting recalld.
+    with caplog.at_level(logging.WARNING):
+        LocalEmbedder(cache_dir=tmp_path).load()
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_tampered_weights_are_refused(tmp_path: Path) -> None:

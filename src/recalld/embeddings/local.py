@@ -501,10 +501,13 @@ def _sha256(path: Path) -> str:
 
 
 class _DropPreprocessHint(logging.Filter):
-    """Hides the quantiser's advice to run its pre-processing, which this graph doesn't need."""
+    """Hides the quantiser's advice to run its pre-processing, which this graph doesn't need,
+    and its warnings that shape inference cannot type the tensors after a contrib `Attention`
+    node (`DefaultTensorType` answers them: every tensor here is float)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "pre-processing" not in record.getMessage()
+        message = record.getMessage()
+        return "pre-processing" not in message and "Failed to infer data type" not in message
 
 
 def _quantize(model: onnx.ModelProto, target: Path, keep_fp32: Sequence[str] = _KEEP_FP32) -> None:
