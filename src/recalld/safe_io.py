@@ -21,9 +21,10 @@ import queue
 import stat
 import threading
 from collections.abc import Callable
-from typing import BinaryIO, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class NotRegularFile(OSError):
@@ -68,14 +69,14 @@ class _Readers:
         self._lock = threading.Lock()
         # Invariant: threads waiting for work == `_idle` + calls queued and not yet taken.
         self._idle = 0
-        self._calls: queue.SimpleQueue[tuple[Callable[[], None], Callable[[], None]]] = (
+        self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Callable[[Any], None]]] = (
             queue.SimpleQueue()
         )
 
-    def run(self, work: Callable[[], None], hand_over: Callable[[], None]) -> None:
-        """Run `work`, then `hand_over`, in a waiting thread, or in a new one when none waits.
-        The thread counts itself idle between the two, so a call made as soon as the result
-        is handed over finds it."""
+    def run(self, work: Callable[[], R], hand_over: Callable[[R], None]) -> None:
+        """Run `work`, then `hand_over` with its result, in a waiting thread, or in a new one
+        when none waits. The thread counts itself idle between the two, so a call made as soon
+        as the result is handed over finds it."""
         with self._lock:
             start = self._idle == 0
             if not start:
@@ -94,10 +95,10 @@ class _Readers:
                         self._idle -= 1
                         return
                 continue  # a call was handed to the waiting threads just now: take it
-            work()
+            result = work()
             with self._lock:
                 self._idle += 1
-            hand_over()
+            hand_over(result)
 
 
 _READERS = _Readers(READER_IDLE_S)
@@ -120,17 +121,15 @@ async def call_with_timeout(fn: Callable[[], T], limit_s: float) -> T:
         else:
             future.set_result(result)  # type: ignore[arg-type]
 
-    outcome: list[tuple[T | None, BaseException | None]] = []
-
-    def work() -> None:
+    def work() -> tuple[T | None, BaseException | None]:
         try:
-            outcome.append((fn(), None))
+            return fn(), None
         except BaseException as exc:  # handed to the caller, like to_thread does
-            outcome.append((None, exc))
+            return None, exc
 
-    def hand_over() -> None:
+    def hand_over(outcome: tuple[T | None, BaseException | None]) -> None:
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(settle, *outcome[0])
+            loop.call_soon_threadsafe(settle, *outcome)
 
     _READERS.run(work, hand_over)
     async with asyncio.timeout(limit_s):

@@ -41,7 +41,7 @@ def test_idle_threads_end_and_calls_after_that_still_run() -> None:
     readers = _Readers(idle_s=0.05)
     done = threading.Semaphore(0)
     for _ in range(3):
-        readers.run(lambda: None, done.release)
+        readers.run(lambda: None, lambda _: done.release())
         assert done.acquire(timeout=5)
 
     def living() -> list[threading.Thread]:
@@ -50,7 +50,7 @@ def test_idle_threads_end_and_calls_after_that_still_run() -> None:
     before = len(living())
     time.sleep(0.5)  # well past idle_s: this pool's thread has ended
     assert len(living()) < before
-    readers.run(lambda: None, done.release)
+    readers.run(lambda: None, lambda _: done.release())
     assert done.acquire(timeout=5)
 
 

@@ -500,7 +500,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-class _DropPreprocessHint(logging.Filter):
+class _DropQuantiserNoise(logging.Filter):
     """Hides the quantiser's advice to run its pre-processing, which this graph doesn't need,
     and its warnings that shape inference cannot type the tensors after a contrib `Attention`
     node (`DefaultTensorType` answers them: every tensor here is float)."""
@@ -515,7 +515,7 @@ def _quantize(model: onnx.ModelProto, target: Path, keep_fp32: Sequence[str] = _
     # (worst ~0.83) against ~0.99 here. Only MatMul: the embedding lookup (Gather) costs memory,
     # not time. The quantiser always stores MatMul weights in 7 bits, which keeps AVX2's
     # u8 x s8 multiply-add from saturating its int16 sums.
-    hint = _DropPreprocessHint()
+    hint = _DropQuantiserNoise()
     logging.getLogger().addFilter(hint)  # the quantiser logs through the root logger
     try:
         quantize_dynamic(
