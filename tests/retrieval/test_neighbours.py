@@ -72,14 +72,14 @@ def test_the_lift_does_not_depend_on_the_scale_or_offset_of_the_scores():
 
 
 async def test_the_answer_round_comes_back_beside_its_question(memory: AsyncMemory):
-    plain = await memory.searcher.search(QUERY, filters=ROUNDS, gate=False)
+    plain = await memory.searcher.search(QUERY, filters=ROUNDS, gate=False, neighbour_support=0)
     texts = [h.chunk.text for h in plain.hits]
     question = next(i for i, t in enumerate(texts) if "Which instrument" in t)
     answer = next(i for i, t in enumerate(texts) if "violin" in t)
     assert question == 0 and answer > 1  # off: another round sits between them
     assert all("neighbours" not in h.explain for h in plain.hits)
 
-    lifted = await memory.searcher.search(QUERY, filters=ROUNDS, gate=False, neighbour_support=0.5)
+    lifted = await memory.searcher.search(QUERY, filters=ROUNDS, gate=False)  # on by default
     assert "Which instrument" in lifted.hits[0].chunk.text
     assert "violin" in lifted.hits[1].chunk.text
     note = lifted.hits[1].explain["neighbours"]
