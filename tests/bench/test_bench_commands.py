@@ -338,13 +338,14 @@ def test_answerability_judged_with_what_each_store_learned_itself():
 
     records = [record("c1", 5, 0.0), record("c1", 4, 0.25), record("c1", 4, None)]
     records += [record("c2", 5, 0.0), record("c2", 1, 1.0)]
-    learned = {"k": 3, "threshold": 0.3, "queries": 300, "rejected": 0.3, "false_rejection": 0.0}
+    k = ANSWERABILITY_K[0]
+    learned = {"k": k, "threshold": 0.3, "queries": 300, "rejected": 0.3, "false_rejection": 0.0}
     tunings = {
         "c1": {"answerability": {"all": {**learned, "threshold": 0.1}, "round": learned}},
         "c2": {"answerability": {"all": learned}},  # no round threshold: its `all` one
     }
     out = answerability_self_calibrated(records, tunings, "round")
-    assert out["learned"] == {"c1": {"k": 3, "threshold": 0.3}, "c2": {"k": 3, "threshold": 0.3}}
+    assert out["learned"] == {"c1": {"k": k, "threshold": 0.3}, "c2": {"k": k, "threshold": 0.3}}
     assert out["rejected"] == 1.0 and out["false_rejection"] == round(1 / 3, 4)
     out = answerability_self_calibrated(records, tunings, "all")
     assert out["rejected"] == 1.0 and out["false_rejection"] == 0.0

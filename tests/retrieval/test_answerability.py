@@ -7,8 +7,9 @@ import pytest
 
 from recalld.api import AsyncMemory
 from recalld.retrieval import answerability
-from recalld.types import Filters
+from recalld.types import Chunk, Filters
 from tests.helpers.conversations import ana_and_ben, memory_with
+from tests.helpers.records import stored_chunk
 
 
 @pytest.fixture
@@ -98,3 +99,34 @@ def test_belongs_reads_the_reply_only_after_a_question():
     assert not answerability.belongs(told, 0, {"ana"})
     # The last turn has no reply.
     assert not answerability.belongs([("Ben", "Who adopted one?")], 0, {"ana"})
+
+
+def round_chunk(cid: int, lines: list[tuple[str, str]]) -> Chunk:
+    """A round of "Speaker: text" lines (its turn ids D1:1, D1:2, ...)."""
+    text = "\n".join(f"{who}: {said}" for who, said in lines)
+    return stored_chunk(
+        id=cid,
+        document_id=1,
+        source="locomo:w",
+        position=cid,
+        kind="conversation",
+        granularity="round",
+        text=text,
+        token_count=len(text.split()),
+        meta={
+            "speakers": sorted({who for who, _ in lines}),
+            "turn_ids": [f"D{cid}:{n}" for n in range(1, len(lines) + 1)],
+        },
+    )
+
+
+def test_a_hit_weighs_the_words_its_best_turn_shares_with_the_query():
+    # First hit: Ben's turn shares one word ("shelter"); second: Ana's turn shares three.
+    one_word = round_chunk(1, [("Ben", "The shelter was closed."), ("Ana", "Oh no.")])
+    three_words = round_chunk(
+        2, [("Ana", "I adopted a beagle puppy at the shelter."), ("Ben", "Lovely.")]
+    )
+    found = answerability.measure_chunks("Ana adopted beagle shelter", [one_word, three_words], k=2)
+    # Rank 1 weighs 1 x 1 word, rank 2 weighs 1/2 x 3 words: Ana owns 1.5 of 2.5.
+    assert found.ownership == pytest.approx(1.5 / 2.5)
+    assert found.people == ("Ana",)

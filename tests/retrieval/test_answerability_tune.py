@@ -117,19 +117,21 @@ async def test_pseudo_questions_name_the_speaker_and_the_turn_is_taken_out(
 
 
 def test_choose_keeps_the_threshold_off_when_nothing_separates():
-    same: dict[int, list[float | None]] = {k: [1.0, 0.5, 0.0, None] * 10 for k in (1, 2, 3, 5)}
+    ks = answerability_tune.KS
+    same: dict[int, list[float | None]] = {k: [1.0, 0.5, 0.0, None] * 10 for k in ks}
     chosen = answerability_tune.choose(same, same)
     assert chosen.threshold == 0.0 and chosen.queries == 40
-    apart = {k: [0.0] * 10 + [None] * 30 for k in (1, 2, 3, 5)}
-    owned: dict[int, list[float | None]] = {k: [1.0] * 40 for k in (1, 2, 3, 5)}
+    apart = {k: [0.0] * 10 + [None] * 30 for k in ks}
+    owned: dict[int, list[float | None]] = {k: [1.0] * 40 for k in ks}
     chosen = answerability_tune.choose(owned, apart)
     # Every threshold and k rejects the same 25 %: the lowest threshold, at the largest k.
     assert (chosen.k, chosen.threshold, chosen.rejected, chosen.false_rejection) == (
-        5,
+        max(ks),
         0.01,
         0.25,
         0.0,
     )
+    assert chosen.current()
 
 
 async def test_recorded_with_the_fusion_shown_and_used_when_switched_on(memory: AsyncMemory):
@@ -163,6 +165,16 @@ async def test_recorded_with_the_fusion_shown_and_used_when_switched_on(memory: 
         asked, answerability_self_tune=True, answerability_threshold=0.0
     )
     assert own.explain["answerability"]["learned"] is False and not own.rejected
+
+    # A threshold recorded for the ownership signal before (no `signal`) is not used.
+    stale = {k: v.as_dict() for k, v in tuning.answerability.items()}
+    for found in stale.values():
+        del found["signal"]
+    old = selftune.StoreTuning.from_dict({**tuning.as_dict(), "answerability": stale})
+    assert old.answerability is not None and not old.answerability["all"].current()
+    memory.searcher.tuning = old
+    unused = await memory.searcher.search(asked, answerability_self_tune=True)
+    assert unused.explain["answerability"]["learned"] is False
 
 
 def test_status_line_says_what_each_scope_learned_and_whether_it_is_used():

@@ -7,9 +7,16 @@ hits say who owns what they hold:
 
     ownership  the query names people who speak in the hits (by first name, possessives too);
                in each of the top `k` hits, the turn (or fact) that shares most of the
-               query's other words belongs to one of them, or not. Rank-weighted (1, 1/2,
-               1/3, ...) over the hits where some turn shares a word; None when the query
-               names no speaker or no turn shares a word (then it says nothing).
+               query's other words belongs to one of them, or not. Each hit weighs its rank
+               (1, 1/2, 1/3, ...) times the number of words that turn shares, over the hits
+               where some turn shares a word; None when the query names no speaker or no
+               turn shares a word (then it says nothing).
+
+A hit whose best turn shares one word of the query says less than one that shares four: an
+unanswered question still finds turns with one of its words said by its person, and an
+answered one a turn with most of them. Counting every hit alike made the store-learned
+threshold land on either side of the target from one sample of pseudo-questions to the next
+(LoCoMo dev, README, Benchmarks).
 
 A turn belongs to the people who said it, and so does a question someone else asks when the
 next turn, its reply, is theirs: the question holds the words ("What books do you enjoy?"),
@@ -142,9 +149,10 @@ def measure_chunks(query: str, chunks: Sequence[Chunk], k: int = 3) -> Answerabi
         index = best_turn(turns, terms)
         if index is None:
             continue
-        seen += 1.0 / rank
+        weight = len(terms & words_of(turns[index][1])) / rank
+        seen += weight
         if belongs(turns, index, firsts):
-            owned += 1.0 / rank
+            owned += weight
     return Answerability(owned / seen if seen else None, people, k)
 
 

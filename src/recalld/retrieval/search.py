@@ -239,8 +239,6 @@ class Searcher:
             raise QueryError("coverage_depth and agreement_depth must be 1 or more")
         if not 0.0 <= opts.keyword_weight_floor <= 1.0:
             raise QueryError("keyword_weight_floor must be between 0 and 1")
-        if not 0.0 <= opts.neighbour_support <= 1.0:
-            raise QueryError("neighbour_support must be between 0 and 1")
         if opts.budget_tokens < 0:
             raise QueryError("budget_tokens must be 0 (no packing) or more")
         limit = opts.limit if limit is None else limit
@@ -288,7 +286,9 @@ class Searcher:
         scope = answerability_tune.scope_of(filters.granularities)
         learned = scopes.get(scope) or scopes.get(answerability_tune.ALL)
         own = ("answerability_threshold", "answerability_k")
-        if learned is None or learned.skipped or any(f in overrides for f in own):
+        if learned is None or learned.skipped or not learned.current():
+            return {}
+        if any(f in overrides for f in own):
             return {}
         return {"answerability_threshold": learned.threshold, "answerability_k": learned.k}
 
