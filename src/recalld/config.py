@@ -233,6 +233,11 @@ class SearchSettings:
     session_first: bool = False
     session_support_cap: float = 0.12
     session_support_weight: float = 0.6
+    # Neighbour support (issue 14, retrieval/neighbours.py): a conversation round is pulled this
+    # share of the way up to its best-scoring adjacent round (0: off), since an answer often
+    # opens the round after its question's. On: it won on LoCoMo dev at round and at all
+    # granularity, Recall@5 and every word budget, and documents have no rounds (README).
+    neighbour_support: float = 0.5
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,17 @@ async def test_failed_replacement_leaves_the_old_document(store: Store):
     assert (await store.read(lambda c: c.document_by_source("a.md"))).content_hash == "h"
 
 
+async def test_documents_by_source_answers_as_document_by_source_does(store: Store):
+    await put(store, "a.md", ["alpha one"])
+    await put(store, "b.md", ["beta two"])
+    sources = ["b.md", "missing.md", "a.md", "a.md"]
+    found = await store.read(lambda c: c.documents_by_source(sources))
+    assert set(found) == {"a.md", "b.md"}
+    for source in ("a.md", "b.md"):
+        assert found[source] == await store.read(lambda c, s=source: c.document_by_source(s))
+    assert await store.read(lambda c: c.documents_by_source([])) == {}
+
+
 async def test_unchanged_chunks_keep_their_rows_and_counters(store: Store):
     await put(store, "log.jsonl", ["round one", "round two"])
     [first] = await fts(store, "one")

@@ -28,6 +28,10 @@ _DATE = re.compile(
     rf"|(?P<m2>{_MONTHS})\.?\s+(?P<d2>[0-3]?\d)(?:st|nd|rd|th)?,?\s+(?P<y2>(?:19|20)\d\d))\b",
     re.I,
 )
+# Every form above holds a year: a text without one (most) is passed over ~20x faster than
+# the full pattern takes (0.17 of 0.19 CPU s dating 1,000 SciFact abstracts, whose first
+# lines are one long line).
+_YEAR = re.compile(r"(?:19|20)\d\d")
 _FRONT_MATTER = re.compile(r"\A---\s*\n(?P<body>.*?)\n---\s*(?:\n|\Z)", re.S)
 _FRONT_KEY = re.compile(
     r"^(?:date|created|created_at|updated|published)\s*:\s*(?P<v>.+)$", re.M | re.I
@@ -37,6 +41,8 @@ _TITLE_LINES = 3
 
 def find_date(text: str) -> float | None:
     """The first full calendar date in `text` (unix seconds, UTC midnight), if any."""
+    if _YEAR.search(text) is None:
+        return None
     match = _DATE.search(text)
     if match is None:
         return None

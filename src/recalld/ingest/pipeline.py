@@ -375,10 +375,13 @@ class Ingestor:
         reports: list[IngestReport | None] = [None] * len(items)
         prepared: list[tuple[int, _Prepared]] = []
         first_error: RecalldError | None = None
+        # One lookup for the call's sources, not one per source (each is a trip to a reader).
+        stored_docs = await self.store.read(
+            lambda reader: reader.documents_by_source([item[0] for item in items])
+        )
         for index, (source, name, data, mtime, size) in enumerate(items):
             digest = content_hash(data)
-            async with self.store.reading() as reader:
-                stored = await reader.document_by_source(source)
+            stored = stored_docs.get(source)
             if stored and stored.content_hash == digest and stored.state == "complete":
                 reports[index] = IngestReport(source, "unchanged", stored.id, stored.chunk_count)
                 continue
@@ -457,9 +460,11 @@ class Ingestor:
         version = await self.store.model_settled()
         todo: list[tuple[int, int, ChunkDraft]] = []
         stored_ids: dict[int, int] = {}
+        stored_docs = await self.store.read(
+            lambda reader: reader.documents_by_source([doc.source for doc in docs])
+        )
         for d_index, doc in enumerate(docs):
-            async with self.store.reading() as reader:
-                stored = await reader.document_by_source(doc.source)
+            stored = stored_docs.get(doc.source)
             known: dict[str, str] = {}
             if stored is not None:
                 stored_ids[d_index] = stored.id

@@ -774,8 +774,11 @@ class Scheduler:
         place: Place | None = None,
     ) -> None:
         todo: list[_Read] = []
+        stored = await self.ingestor.store.read(
+            lambda c: c.documents_by_source([item.source for item in reads])
+        )
         for item in reads:
-            doc = await self._document(item.source)
+            doc = stored.get(item.source)
             report.files += 1
             if _unchanged(doc, item.mtime, item.size) and doc and doc.kind == SKIPPED:
                 report.skipped += 1

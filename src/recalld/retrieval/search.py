@@ -239,6 +239,8 @@ class Searcher:
             raise QueryError("coverage_depth and agreement_depth must be 1 or more")
         if not 0.0 <= opts.keyword_weight_floor <= 1.0:
             raise QueryError("keyword_weight_floor must be between 0 and 1")
+        if not 0.0 <= opts.neighbour_support <= 1.0:
+            raise QueryError("neighbour_support must be between 0 and 1")
         if opts.budget_tokens < 0:
             raise QueryError("budget_tokens must be 0 (no packing) or more")
         limit = opts.limit if limit is None else limit

@@ -11,6 +11,7 @@ from __future__ import annotations
 from recalld.retrieval.activation import Activation
 from recalld.retrieval.answerability import AnswerabilityCheck
 from recalld.retrieval.diversity import MMR, Dedup
+from recalld.retrieval.neighbours import NeighbourSupport
 from recalld.retrieval.pipeline import Candidates, Query, Stage
 from recalld.retrieval.rerank import Rerank
 from recalld.retrieval.sessions import SessionFirst
@@ -40,6 +41,7 @@ STAGES: tuple[Stage, ...] = (
     TimeBoost(),  # the query's time words boost the candidates in their range
     Rerank(),  # MemX's recency, frequency and importance factors
     StatusPenalty(),  # superseded and contradicted chunks rank down
+    NeighbourSupport(),  # search.neighbour_support: rounds lifted by their adjacent rounds
     Dedup(),  # identical texts once
     MMR(),  # search.mmr: diverse hits
     Limit(),  # the best `limit`

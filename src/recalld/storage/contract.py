@@ -172,6 +172,11 @@ class Reader(Protocol):
         """The document stored for `source`, if any."""
         ...
 
+    async def documents_by_source(self, sources: Sequence[str]) -> dict[str, Document]:
+        """`document_by_source` of several sources in one statement, by source (those with
+        none stored left out): ingest looks up each call's files at once, not one by one."""
+        ...
+
     async def chunk_keys(self, document_id: int) -> dict[str, str]:
         """`{key: content_hash}` of a document's stored chunks, to skip re-embedding unchanged
         ones."""

@@ -113,6 +113,9 @@ class PgReader(contract.Reader):
     async def document_by_source(self, source: str) -> Document | None:
         return await readers.document_by_source(self.conn, source)
 
+    async def documents_by_source(self, sources: Sequence[str]) -> dict[str, Document]:
+        return await readers.documents_by_source(self.conn, sources)
+
     async def chunk_keys(self, document_id: int) -> dict[str, str]:
         return await readers.chunk_keys(self.conn, document_id)
 

@@ -432,6 +432,18 @@ async def document_by_source(conn: PgConn, source: str) -> Document | None:
     return row_to_document(rows[0]) if rows else None
 
 
+async def documents_by_source(conn: PgConn, sources: Sequence[str]) -> dict[str, Document]:
+    """The documents stored for `sources` (in this store's scope), by source."""
+    if not sources:
+        return {}
+    rows = await conn.fetch(
+        f"SELECT {DOCUMENT_COLUMNS} FROM documents WHERE source = ANY(%s) AND scope = %s",
+        [list(sources), conn.writer.scope],
+    )
+    found = (row_to_document(row) for row in rows)
+    return {doc.source: doc for doc in found}
+
+
 async def chunk_keys(conn: PgConn, document_id: int) -> dict[str, str]:
     """`{key: content_hash}` of a document's stored chunks."""
     rows = await conn.fetch(

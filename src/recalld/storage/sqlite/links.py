@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any
 
 import aiosqlite
 
 from recalld.storage.records import Link, link_dict
+from recalld.storage.sqlite.on_thread import RawConnection, on_thread
 from recalld.storage.sqlite.readers import filter_sql
 from recalld.types import Filters
 
@@ -144,15 +146,21 @@ async def rebuild_structure(
     `parent`: each chunk to its parent (fact -> round -> session). `temporal`: each round to
     the next round of the same conversation, in document order.
     """
+    await on_thread(conn, partial(rebuild_structure_rows, document_id=document_id, fresh=fresh))
+
+
+def rebuild_structure_rows(raw: RawConnection, document_id: int, *, fresh: bool = False) -> None:
+    """`rebuild_structure` on the connection's own thread (`on_thread`), within a larger
+    write."""
     now = time.time()
     if not fresh:
-        await conn.execute(
+        raw.execute(
             "DELETE FROM links WHERE origin = 'auto' AND relation IN ('parent', 'temporal') "
             "AND src IN (SELECT id FROM chunks WHERE document_id = ?)",
             (document_id,),
         )
-    # Both kinds in one statement (one thread hop), parents first as when they were two.
-    await conn.execute(
+    # Both kinds in one statement, parents first as when they were two.
+    raw.execute(
         "INSERT OR IGNORE INTO links (src, dst, relation, weight, created_at, origin) "
         "SELECT id, parent_id, 'parent', 1.0, ?, 'auto' FROM chunks "
         "WHERE document_id = ? AND parent_id IS NOT NULL "

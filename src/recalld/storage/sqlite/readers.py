@@ -330,6 +330,22 @@ async def document_by_source(conn: aiosqlite.Connection, source: str) -> Documen
     return row_to_document(rows[0]) if rows else None
 
 
+async def documents_by_source(
+    conn: aiosqlite.Connection, sources: Sequence[str]
+) -> dict[str, Document]:
+    """The documents stored for `sources`, by source."""
+    if not sources:
+        return {}
+    rows = await fetchall(
+        conn,
+        f"SELECT {DOCUMENT_COLUMNS} FROM documents "
+        "WHERE source IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(sources)),),
+    )
+    found = (row_to_document(row) for row in rows)
+    return {doc.source: doc for doc in found}
+
+
 async def chunk_keys(conn: aiosqlite.Connection, document_id: int) -> dict[str, str]:
     """`{key: content_hash}` of a document's stored chunks, to skip re-embedding unchanged ones."""
     rows = await fetchall(

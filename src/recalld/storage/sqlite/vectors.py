@@ -52,6 +52,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeVar
 
 import aiosqlite
@@ -60,6 +61,7 @@ import numpy.typing as npt
 from threadpoolctl import ThreadpoolController  # type: ignore[import-untyped]
 
 from recalld.storage.sqlite import kernels
+from recalld.storage.sqlite.on_thread import RawConnection, on_thread
 from recalld.storage.sqlite.segmented import SegmentedRows
 
 logger = logging.getLogger(__name__)
@@ -909,12 +911,23 @@ async def insert(
 ) -> None:
     """Store codes and float copies for new chunks `(chunk_id, vector, kind, granularity)`,
     and stage them for the store's in-memory `index` (None: a connection without one)."""
+    if rows:
+        await on_thread(conn, partial(insert_rows, index=index, rows=rows, dimension=dimension))
+
+
+def insert_rows(
+    raw: RawConnection,
+    index: VectorIndex | None,
+    rows: Sequence[tuple[int, FloatArray, str, str]],
+    dimension: int,
+) -> None:
+    """`insert` on the connection's own thread (`on_thread`), within a larger write."""
     if not rows:
         return
     matrix = np.stack([np.asarray(r[1], dtype=np.float32) for r in rows])
     codes = encode(matrix, dimension)
     ids = [int(r[0]) for r in rows]
-    await conn.executemany(
+    raw.executemany(
         "INSERT OR REPLACE INTO vector_codes (chunk_id, code, kind, granularity) "
         "VALUES (?, ?, ?, ?)",
         [
@@ -922,7 +935,7 @@ async def insert(
             for i, (cid, r) in enumerate(zip(ids, rows, strict=True))
         ],
     )
-    await conn.executemany(
+    raw.executemany(
         "INSERT OR REPLACE INTO vector_floats (chunk_id, embedding) VALUES (?, ?)",
         [(cid, np.ascontiguousarray(matrix[i]).tobytes()) for i, cid in enumerate(ids)],
     )

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import aiosqlite
@@ -17,12 +19,15 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.storage.records import (
+    ChunkRow,
+    Link,
     NewChunk,
     NewDocument,
     chunk_links,
     chunk_rows,
 )
 from recalld.storage.sqlite import links, vectors
+from recalld.storage.sqlite.on_thread import RawConnection, on_thread
 from recalld.storage.sqlite.vectors import VectorIndex
 
 
@@ -40,66 +45,132 @@ async def replace_document(
     structure_links: bool = True,
 ) -> int:
     """`contract.Writer.replace_document` on SQLite (`index`: the store's in-memory vectors)."""
+    # One trip to the connection's thread (`on_thread`) for a document with no stale chunks
+    # (every new one); one whose changed chunks go takes a few more, and auto links one more.
     now = time.time()
-    rows = await _fetchall(conn, "SELECT id FROM documents WHERE source = ?", (doc.source,))
-    if rows:
-        doc_id = int(rows[0][0])
-        await conn.execute(
+    begun, found = await on_thread(
+        conn,
+        partial(
+            _begin_and_fill,
+            index=index,
+            doc=doc,
+            chunks=chunks,
+            now=now,
+            structure_links=structure_links,
+        ),
+    )
+    if found is None:
+        await delete_chunks(conn, index, begun.stale)
+        found = await on_thread(
+            conn,
+            partial(
+                _fill,
+                index=index,
+                begun=begun,
+                chunks=chunks,
+                now=now,
+                structure_links=structure_links,
+            ),
+        )
+    # Links in the same transaction, so a search never sees a document without them (issue 8).
+    await links.add(conn, found, origin="auto")
+    return begun.doc_id
+
+
+@dataclass(frozen=True, slots=True)
+class _Begun:
+    """A document's row written (`partial`) and what its chunks make of the stored ones."""
+
+    doc_id: int
+    fresh: bool  # it had no chunks stored
+    kept: list[tuple[int, int]]
+    inserts: list[ChunkRow]
+    stale: list[int]
+
+
+def _begin(raw: RawConnection, doc: NewDocument, chunks: Sequence[NewChunk], now: float) -> _Begun:
+    found = raw.execute("SELECT id FROM documents WHERE source = ?", (doc.source,)).fetchall()
+    if found:
+        doc_id = int(found[0][0])
+        raw.execute(
             "UPDATE documents SET kind = ?, format = ?, content_hash = ?, state = 'partial', "
             "mtime = ?, size = ?, updated_at = ? WHERE id = ?",
             (doc.kind, doc.format, doc.content_hash, doc.mtime, doc.size, now, doc_id),
         )
     else:
-        cursor = await conn.execute(
+        cursor = raw.execute(
             "INSERT INTO documents (source, kind, format, content_hash, state, mtime, size, "
             "created_at, updated_at) VALUES (?, ?, ?, ?, 'partial', ?, ?, ?, ?)",
             (doc.source, doc.kind, doc.format, doc.content_hash, doc.mtime, doc.size, now, now),
         )
-        assert cursor.lastrowid is not None  # an INSERT sets it
-        doc_id = cursor.lastrowid
-
+        doc_id = int(cursor.lastrowid)
     existing = {
         (row[1], row[2]): int(row[0])
-        for row in await _fetchall(
-            conn, "SELECT id, key, content_hash FROM chunks WHERE document_id = ?", (doc_id,)
-        )
+        for row in raw.execute(
+            "SELECT id, key, content_hash FROM chunks WHERE document_id = ?", (doc_id,)
+        ).fetchall()
     }
     kept, inserts, stale = chunk_rows(doc_id, doc, chunks, existing, now)
-    await delete_chunks(conn, index, stale)
-    # Statements go out batched, a few per document rather than one per chunk, and none with
-    # nothing to do: each call through aiosqlite is a thread hop, and bulk ingest was spending
-    # most of its time there.
-    if kept:
-        await conn.executemany(
-            "UPDATE chunks SET position = ?, parent_id = NULL WHERE id = ?", kept
-        )
-    if inserts:
-        await conn.executemany(
+    return _Begun(doc_id, not existing, kept, inserts, stale)
+
+
+def _fill(
+    raw: RawConnection,
+    index: VectorIndex | None,
+    begun: _Begun,
+    chunks: Sequence[NewChunk],
+    now: float,
+    structure_links: bool,
+) -> list[Link]:
+    """Write the chunks of a begun document (its stale ones gone) and mark it `complete`;
+    the auto links still to add."""
+    doc_id = begun.doc_id
+    # Statements go out batched, a few per document rather than one per chunk.
+    if begun.kept:
+        raw.executemany("UPDATE chunks SET position = ?, parent_id = NULL WHERE id = ?", begun.kept)
+    if begun.inserts:
+        raw.executemany(
             "INSERT INTO chunks (document_id, position, kind, granularity, key, text, "
             "content_hash, token_count, tags, memory_type, importance, event_time, "
             "created_at, meta) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            inserts,
+            begun.inserts,
         )
     # Keys are unique within a document, so they map the new rows back to their ids.
     ids_by_key = {
         str(row[0]): int(row[1])
-        for row in await _fetchall(
-            conn, "SELECT key, id FROM chunks WHERE document_id = ?", (doc_id,)
-        )
+        for row in raw.execute(
+            "SELECT key, id FROM chunks WHERE document_id = ?", (doc_id,)
+        ).fetchall()
     }
     embedded, parents, found = chunk_links(chunks, ids_by_key)
-    await insert_vectors(conn, index, embedded)
+    insert_vector_rows(raw, index, embedded)
     if parents:
-        await conn.executemany("UPDATE chunks SET parent_id = ? WHERE id = ?", parents)
-    # Links in the same transaction, so a search never sees a document without them (issue 8).
-    if structure_links:
-        await links.rebuild_structure(conn, doc_id, fresh=not existing)
-    await links.add(conn, found, origin="auto")
-    await conn.execute(
+        raw.executemany("UPDATE chunks SET parent_id = ? WHERE id = ?", parents)
+    # A new document without parents or rounds has no structure links to make.
+    if structure_links and (
+        not begun.fresh or parents or any(c.draft.granularity == "round" for c in chunks)
+    ):
+        links.rebuild_structure_rows(raw, doc_id, fresh=begun.fresh)
+    raw.execute(
         "UPDATE documents SET state = 'complete', chunk_count = ?, updated_at = ? WHERE id = ?",
         (len(chunks), now, doc_id),
     )
-    return doc_id
+    return found
+
+
+def _begin_and_fill(
+    raw: RawConnection,
+    index: VectorIndex | None,
+    doc: NewDocument,
+    chunks: Sequence[NewChunk],
+    now: float,
+    structure_links: bool,
+) -> tuple[_Begun, list[Link] | None]:
+    """`_begin`, then `_fill` unless stale chunks must go first (None: not filled)."""
+    begun = _begin(raw, doc, chunks, now)
+    if begun.stale:
+        return begun, None
+    return begun, _fill(raw, index, begun, chunks, now, structure_links)
 
 
 async def insert_vectors(
@@ -109,8 +180,17 @@ async def insert_vectors(
 ) -> None:
     """Store the vectors of new chunks `(chunk_id, vector, kind, granularity)` in the caller's
     transaction: the sqlite-vec table and the cascade's codes and float copies."""
+    await on_thread(conn, partial(insert_vector_rows, index=index, rows=rows))
+
+
+def insert_vector_rows(
+    raw: RawConnection,
+    index: VectorIndex | None,
+    rows: Sequence[tuple[int, npt.NDArray[np.float32], str, str]],
+) -> None:
+    """`insert_vectors` on the connection's own thread (`on_thread`), within a larger write."""
     # One executemany per table rather than a statement per chunk (issue 7: bulk ingest).
-    await conn.executemany(
+    raw.executemany(
         "INSERT INTO chunks_vec (chunk_id, embedding, kind, granularity) VALUES (?, ?, ?, ?)",
         [
             (cid, np.ascontiguousarray(vector, dtype=np.float32).tobytes(), kind, granularity)
@@ -118,7 +198,7 @@ async def insert_vectors(
         ],
     )
     dimension = rows[0][1].shape[-1] if rows else 0
-    await vectors.insert(conn, index, rows, dimension)
+    vectors.insert_rows(raw, index, rows, dimension)
 
 
 async def delete_chunks(

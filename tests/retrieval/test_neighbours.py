@@ -1,0 +1,92 @@
+"""Neighbour support: a round is pulled up toward its best adjacent round
+(`search.neighbour_support`), so an answer that opens the round after its question comes back."""
+
+from pathlib import Path
+
+import pytest
+
+from recalld.api import AsyncMemory
+from recalld.errors import QueryError
+from recalld.retrieval import neighbours
+from recalld.types import Filters
+from tests.helpers.conversations import ana_and_ben_sessions, memory_with
+
+ROUNDS = Filters(granularities=("round",))
+QUERY = "which instrument is Ana learning"
+
+
+def question_then_answer() -> list[dict[str, str]]:
+    """Ben asks at the end of the first round; Ana's answer opens the second."""
+    return [
+        {"speaker": "Ana", "text": "I spent the weekend repainting the garden fence."},
+        {"speaker": "Ben", "text": "Nice. Which instrument are you learning these days?"},
+        {"speaker": "Ana", "text": "The violin, since March."},
+        {"speaker": "Ben", "text": "Cool, my cousin plays the drums."},
+        {"speaker": "Ana", "text": "Is Ana learning to cook yet?"},
+        {"speaker": "Ben", "text": "The weather was awful this week."},
+    ]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+async def memory(request: pytest.FixtureRequest, tmp_path: Path):
+    pg_url = request.getfixturevalue("pg_url") if request.param == "postgresql" else None
+    sample = ana_and_ben_sessions("conv-n", question_then_answer())
+    async with memory_with(tmp_path, sample, "locomo:n", pg_url) as opened:
+        yield opened
+
+
+def test_a_round_is_pulled_part_of_the_way_to_its_best_neighbour():
+    # 1 - 2 - 3 are rounds in time order; 4 is a document chunk.
+    order = [1, 4, 3, 2]
+    scores = {1: 1.0, 4: 0.6, 3: 0.5, 2: 0.2}
+    around = neighbours.adjacency([(1, 2, "temporal", 1.0), (2, 3, "temporal", 1.0)], order)
+    assert around == {1: {2}, 2: {1, 3}, 3: {2}}
+    ranked, new, lifts = neighbours.pull(order, scores, around, weight=0.5)
+    # 2 takes half its gap to 1 (its best neighbour, not 3); 3's neighbour scored lower
+    # before any lift, so 3 keeps its score; the best round and the document are untouched.
+    assert new[2] == pytest.approx(0.6) and lifts[2] == neighbours.Lift(1, pytest.approx(0.4))
+    assert new[3] == 0.5 and new[1] == 1.0 and new[4] == 0.6
+    assert set(lifts) == {2}
+    assert ranked == [1, 2, 4, 3]  # a tie at 0.6 goes to the lower id
+    # Never past the neighbour that lifted it, whatever the weight; 0 changes nothing.
+    assert neighbours.pull(order, scores, around, weight=1.0)[1][2] == pytest.approx(1.0)
+    assert neighbours.pull(order, scores, around, weight=0.0)[0] == sorted(
+        order, key=lambda c: -scores[c]
+    )
+
+
+def test_only_temporal_links_between_candidates_count():
+    links = [(1, 2, "parent", 1.0), (1, 9, "temporal", 1.0), (3, 1, "temporal", 1.0)]
+    assert neighbours.adjacency(links, [1, 2, 3]) == {1: {3}, 3: {1}}
+
+
+def test_the_lift_does_not_depend_on_the_scale_or_offset_of_the_scores():
+    order = [1, 2, 3]
+    around = {1: {2}, 2: {1, 3}, 3: {2}}
+    scores = {1: 0.9, 2: 0.1, 3: 0.4}
+    shifted = {c: 10.0 * s - 3.0 for c, s in scores.items()}
+    assert (
+        neighbours.pull(order, scores, around, 0.5)[0]
+        == neighbours.pull(order, shifted, around, 0.5)[0]
+    )
+
+
+async def test_the_answer_round_comes_back_beside_its_question(memory: AsyncMemory):
+    plain = await memory.searcher.search(QUERY, filters=ROUNDS, gate=False, neighbour_support=0)
+    texts = [h.chunk.text for h in plain.hits]
+    question = next(i for i, t in enumerate(texts) if "Which instrument" in t)
+    answer = next(i for i, t in enumerate(texts) if "violin" in t)
+    assert question == 0 and answer > 1  # off: another round sits between them
+    assert all("neighbours" not in h.explain for h in plain.hits)
+
+    lifted = await memory.searcher.search(QUERY, filters=ROUNDS, gate=False)  # on by default
+    assert "Which instrument" in lifted.hits[0].chunk.text
+    assert "violin" in lifted.hits[1].chunk.text
+    note = lifted.hits[1].explain["neighbours"]
+    assert note["neighbour"] == lifted.hits[0].chunk.id and note["support"] > 0
+    assert lifted.hits[1].score <= lifted.hits[0].score
+
+
+async def test_the_weight_is_checked(memory: AsyncMemory):
+    with pytest.raises(QueryError):
+        await memory.searcher.search(QUERY, neighbour_support=1.5)
