@@ -25,13 +25,21 @@ matched terms from one read; where it cannot give the rest from its pass (FTS5 b
 mirror is built, PostgreSQL) the answer says so and recall asks as before: the searcher's
 cached frequencies, `keyword_scores`.
 
-The query embedding runs beside the routes, not before them, and ONNX Runtime keeps one
-intra-op thread a core for it (issue 20, no contention inside a search): on the full SciFact
-store (13,948 chunks, 2 cores shared, load average 7-11), embedding first took 0.95-1.14x the
-per-query time of this structure (six runs), everything in turn 0.97-1.08x, one ORT thread
-1.00-1.05x, all ranking the same ids; nothing was faster beyond the run-to-run noise, and beside
-the routes a remote embedder's round trip hides the keyword route
+On PostgreSQL the query embedding runs beside the routes, not before them, and ONNX Runtime
+keeps one intra-op thread a core for it (issue 20, no contention inside a search): on the full
+SciFact store (13,948 chunks, 2 cores shared, load average 7-11), embedding first took
+0.95-1.14x the per-query time of this structure (six runs), everything in turn 0.97-1.08x, one
+ORT thread 1.00-1.05x, all ranking the same ids; nothing was faster beyond the run-to-run
+noise, and beside the routes a remote embedder's round trip hides the keyword route
 (`python -m bench.search_structure HOME ../shared/data/scifact`).
+
+On SQLite (`Store.routes_together`) a hybrid search embeds first, then asks for both routes in
+one read (`Reader.both_routes`: one worker thread, one hop; storage/sqlite/routes.py), and
+runs apart only what that read could not answer. The hops, not the work, were what ran side by
+side: each step of each route came back to the event loop, and every step but the SIMD
+kernels and SQLite's own work holds the GIL. Same ranked ids and scores; the synthetic 100k
+store's full search 0.84x the p50 (per-query median 0.88x, CPU 0.87x; 1,200 queries, 24
+blocks, load average 6-7), SciFact 0.92x (per query 0.95x; `bench.search_trees`, 300 queries).
 """
 
 from __future__ import annotations
@@ -49,7 +57,7 @@ import numpy.typing as npt
 from recalld.errors import EmbeddingError, RecalldError
 from recalld.retrieval import completion, fusion, gate
 from recalld.retrieval.pipeline import Candidates, Query
-from recalld.storage.contract import KeywordAnswer, Store
+from recalld.storage.contract import BothRoutes, KeywordAnswer, Store
 from recalld.storage.fts import match_expression
 from recalld.types import Tier
 
@@ -120,20 +128,35 @@ async def recall(asked: Query, store: Store, embed: EmbedQuery, doc_freqs: DocFr
     vector_keyword: dict[int, float] | None = {} if completing else None
     keyword_vectors: dict[int, npt.NDArray[np.float32]] | None = {} if completing else None
     answered: list[KeywordAnswer] = []  # the keyword route's answer, once it has one
-
-    async def vector_route() -> list[tuple[int, float]]:
-        t0 = time.perf_counter()
+    together = BothRoutes()
+    if use_vector and use_keyword and store.routes_together:
         try:
-            vector = await embed(asked.text)
+            together = await _both_routes(asked, store, embed, completing, timings)
         except EmbeddingError as exc:
             if opts.mode == "vector":
                 raise
             degraded.append(exc.message)
-            return []
-        timings["embed_ms"] = (time.perf_counter() - t0) * 1000
-        t1 = time.perf_counter()
-        hits = await store.read(lambda c: c.knn(vector, pool, filters))
-        timings["vector_ms"] = (time.perf_counter() - t1) * 1000
+            use_vector = False
+    if together.keyword is not None:
+        answered.append(together.keyword)
+
+    async def vector_route() -> list[tuple[int, float]]:
+        if together.vector is not None:
+            hits = together.vector
+            timings["vector_ms"] = together.vector_ms
+        else:
+            t0 = time.perf_counter()
+            try:
+                vector = await embed(asked.text)
+            except EmbeddingError as exc:
+                if opts.mode == "vector":
+                    raise
+                degraded.append(exc.message)
+                return []
+            timings.setdefault("embed_ms", (time.perf_counter() - t0) * 1000)
+            t1 = time.perf_counter()
+            hits = await store.read(lambda c: c.knn(vector, pool, filters))
+            timings["vector_ms"] = (time.perf_counter() - t1) * 1000
         if vector_keyword is not None and hits and expr:
             # Completion's keyword scores: from the keyword route's own pass when it has ended
             # (usually: it is the faster route once its matches are scored in memory), else
@@ -147,12 +170,20 @@ async def recall(asked: Query, store: Store, embed: EmbedQuery, doc_freqs: DocFr
         return hits
 
     async def keyword_route() -> tuple[KeywordAnswer, list[int], int]:
-        t0 = time.perf_counter()
-        depth = opts.coverage_depth
-        answer = await store.read(lambda c: c.keyword_search(terms, pool, filters, depth))
-        timings["bm25_ms"] = (time.perf_counter() - t0) * 1000
-        answered.append(answer)
-        if keyword_vectors is not None and answer.hits:
+        if together.keyword is not None:
+            answer = together.keyword
+            timings["bm25_ms"] = together.keyword_ms
+            read_vectors = together.keyword_vectors is None
+            if keyword_vectors is not None and together.keyword_vectors is not None:
+                keyword_vectors.update(together.keyword_vectors)
+        else:
+            t0 = time.perf_counter()
+            depth = opts.coverage_depth
+            answer = await store.read(lambda c: c.keyword_search(terms, pool, filters, depth))
+            timings["bm25_ms"] = (time.perf_counter() - t0) * 1000
+            answered.append(answer)
+            read_vectors = True
+        if keyword_vectors is not None and answer.hits and read_vectors:
             # Completion's vectors of the keyword-only hits, read while the query is embedded
             # (the vector route's hits are not known yet: all the keyword hits' are read).
             ids = [cid for cid, _ in answer.hits]
@@ -179,6 +210,20 @@ async def recall(asked: Query, store: Store, embed: EmbedQuery, doc_freqs: DocFr
         coverage = max(fusion.idf_coverage(dfs, m, total) for m in answer.matched)
     return Recalled(
         vec_hits, kw_hits, dfs, total, coverage, degraded, timings, vector_keyword, keyword_vectors
+    )
+
+
+async def _both_routes(
+    asked: Query, store: Store, embed: EmbedQuery, completing: bool, timings: dict[str, float]
+) -> BothRoutes:
+    """The query's vector, then both routes in one read (`Store.routes_together`)."""
+    t0 = time.perf_counter()
+    vector = await embed(asked.text)
+    timings["embed_ms"] = (time.perf_counter() - t0) * 1000
+    terms, pool, filters = asked.terms, asked.pool, asked.recall_filters
+    depth = asked.settings.coverage_depth
+    return await store.read(
+        lambda c: c.both_routes(vector, terms, pool, filters, depth, completing)
     )
 
 

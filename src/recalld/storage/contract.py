@@ -59,6 +59,27 @@ class KeywordAnswer:
     scores: Callable[[Sequence[int]], dict[int, float]] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class BothRoutes:
+    """A hybrid search's two routes from one read (`Reader.both_routes`). A route the backend
+    could not answer there is None, and the caller runs it apart (`knn`, `keyword_search`).
+
+    Attributes:
+        vector: The vector route's hits, as `knn` gives them.
+        keyword: The keyword route's answer, as `keyword_search` gives it.
+        keyword_vectors: The stored vectors of the keyword hits, as `vectors_by_id` gives
+            them (None: not asked for, or `keyword` is None).
+        vector_ms: How long the vector route took (0 when it is None).
+        keyword_ms: How long the keyword route took, its vectors included (0 when None).
+    """
+
+    vector: list[tuple[int, float]] | None = None
+    keyword: KeywordAnswer | None = None
+    keyword_vectors: dict[int, npt.NDArray[np.float32]] | None = None
+    vector_ms: float = 0.0
+    keyword_ms: float = 0.0
+
+
 class Reader(Protocol):
     """The read operations, run inside one read transaction (a consistent snapshot)."""
 
@@ -96,6 +117,21 @@ class Reader(Protocol):
         best matches and, where the backend has them from the same pass, each term's document
         frequency, the terms each of the best `depth` hits contains, and a score lookup for
         score completion (see `KeywordAnswer`)."""
+        ...
+
+    async def both_routes(
+        self,
+        vector: npt.NDArray[np.float32],
+        terms: Sequence[str],
+        k: int,
+        filters: Filters,
+        depth: int,
+        keyword_vectors: bool,
+    ) -> BothRoutes:
+        """`knn(vector, k, filters)` and `keyword_search(terms, k, filters, depth)` together,
+        and the stored vectors of the keyword hits when `keyword_vectors`, where the backend
+        answers them faster together than apart (`Store.routes_together`); each route it
+        cannot answer so is None."""
         ...
 
     async def keyword_scores(self, expression: str, ids: Sequence[int]) -> dict[int, float]:
@@ -475,6 +511,13 @@ class Store(Protocol):
     @property
     def dimension(self) -> int:
         """The length of the store's vectors."""
+        ...
+
+    @property
+    def routes_together(self) -> bool:
+        """Whether a hybrid search embeds its query first and then asks `Reader.both_routes`
+        for both routes in one read, rather than running the keyword route beside the
+        embedding and each route's reads apart."""
         ...
 
     @property

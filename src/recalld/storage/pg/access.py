@@ -13,7 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.storage import contract
-from recalld.storage.contract import KeywordAnswer
+from recalld.storage.contract import BothRoutes, KeywordAnswer
 from recalld.storage.fts import match_expression, quote_term
 from recalld.storage.pg import (
     history,
@@ -64,6 +64,18 @@ class PgReader(contract.Reader):
             self.conn, match_expression(list(terms)), k, filters, quoted, depth
         )
         return KeywordAnswer(hits, matched)
+
+    async def both_routes(
+        self,
+        vector: npt.NDArray[np.float32],
+        terms: Sequence[str],
+        k: int,
+        filters: Filters,
+        depth: int,
+        keyword_vectors: bool,
+    ) -> BothRoutes:
+        # Each route is its own round trip to the server: apart, beside the embedding.
+        return BothRoutes()
 
     async def keyword_scores(self, expression: str, ids: Sequence[int]) -> dict[int, float]:
         return await readers.keyword_scores(self.conn, expression, ids)

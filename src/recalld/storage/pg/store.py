@@ -142,6 +142,9 @@ class PgStore(ModelSwitch):
     """
 
     backend = "postgresql"
+    # Each route is its own round trip to the server: the keyword route runs beside the
+    # embedding (`contract.Store.routes_together`).
+    routes_together = False
     schema_version = schema.SCHEMA_VERSION
     # The server keeps the files: a full disk or a replaced file is its to report.
     disk_full = False

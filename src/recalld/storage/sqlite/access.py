@@ -15,11 +15,21 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.storage import contract
-from recalld.storage.contract import KeywordAnswer
+from recalld.storage.contract import BothRoutes, KeywordAnswer
 from recalld.storage.fts import match_expression, quote_term
 from recalld.storage.records import Link, MemoryEdit, NewChunk, NewDocument, ReindexState
-from recalld.storage.sqlite import history, import_sql, keywords, projects, readers, reindex, writer
+from recalld.storage.sqlite import (
+    history,
+    import_sql,
+    keywords,
+    projects,
+    readers,
+    reindex,
+    routes,
+    writer,
+)
 from recalld.storage.sqlite import links as stored_links
+from recalld.storage.sqlite.connection import LendingConnection
 from recalld.storage.sqlite.keywords import KeywordIndex
 from recalld.storage.sqlite.vectors import VectorIndex
 from recalld.types import Chunk, Document, Filters
@@ -94,6 +104,38 @@ class SqliteReader(contract.Reader):
         quoted = [quote_term(t) for t in terms]
         matched = [await readers.matched_terms(self.conn, cid, quoted) for cid, _ in hits[:depth]]
         return KeywordAnswer(hits, matched)
+
+    async def both_routes(
+        self,
+        vector: npt.NDArray[np.float32],
+        terms: Sequence[str],
+        k: int,
+        filters: Filters,
+        depth: int,
+        keyword_vectors: bool,
+    ) -> BothRoutes:
+        # One worker thread on this reader's own sqlite3 connection (storage/sqlite/routes.py).
+        raw = self.conn.raw if isinstance(self.conn, LendingConnection) else None
+        if raw is None or (self.search_index is None and self.keyword_index is None):
+            return BothRoutes()
+        found = await asyncio.to_thread(
+            routes.run,
+            raw,
+            self.search_index,
+            self.keyword_index,
+            vector,
+            terms,
+            k,
+            filters,
+            depth,
+            keyword_vectors,
+        )
+        hits = found.vector
+        if hits is not None and self.vectors.note_changes(found.changes):
+            hits = None  # another process wrote vectors: `knn` answers from the reloaded mirror
+        return BothRoutes(
+            hits, found.keyword, found.keyword_vectors, found.vector_ms, found.keyword_ms
+        )
 
     async def keyword_scores(self, expression: str, ids: Sequence[int]) -> dict[int, float]:
         found = None

@@ -633,10 +633,11 @@ async def lookup(
     are SQLite, the answer numpy over the postings, and the event loop runs neither."""
     if index is None:
         return None
-    return await asyncio.to_thread(_lookup, index, expressions, answer)
+    return await asyncio.to_thread(lookup_now, index, expressions, answer)
 
 
-def _lookup(index: KeywordIndex, expressions: Sequence[str], answer: Answer[T]) -> T | None:
+def lookup_now(index: KeywordIndex, expressions: Sequence[str], answer: Answer[T]) -> T | None:
+    """`lookup` in the calling thread (a worker thread's: storage/sqlite/routes.py)."""
     per_expression: list[list[str]] = []
     for expression in expressions:
         terms = expression_terms(expression)

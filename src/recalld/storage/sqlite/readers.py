@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import aiosqlite
@@ -300,12 +300,27 @@ async def vectors_by_id(
     """
     if not ids:
         return {}
-    rows = await fetchall(
-        conn,
-        "SELECT chunk_id, embedding FROM vector_floats WHERE chunk_id IN "
-        "(SELECT value FROM json_each(?))",
-        (json.dumps([int(i) for i in ids]),),
-    )
+    rows = await fetchall(conn, _VECTORS_SQL, (json.dumps([int(i) for i in ids]),))
+    return _vectors(rows, dimension)
+
+
+def vectors_by_id_now(
+    raw: Any, ids: Sequence[int], dimension: int
+) -> dict[int, npt.NDArray[np.float32]]:
+    """`vectors_by_id` in the calling thread, on a reader's sqlite3 connection `raw` (a
+    worker thread's: storage/sqlite/routes.py)."""
+    if not ids:
+        return {}
+    return _vectors(raw.execute(_VECTORS_SQL, (json.dumps([int(i) for i in ids]),)), dimension)
+
+
+_VECTORS_SQL = (
+    "SELECT chunk_id, embedding FROM vector_floats WHERE chunk_id IN "
+    "(SELECT value FROM json_each(?))"
+)
+
+
+def _vectors(rows: Iterable[Any], dimension: int) -> dict[int, npt.NDArray[np.float32]]:
     return {int(r[0]): np.frombuffer(r[1], dtype=np.float32, count=dimension) for r in rows}
 
 

@@ -30,6 +30,7 @@ from recalld.storage.sqlite import schema, vectors
 from recalld.storage.sqlite.access import SqliteReader, SqliteWriter
 from recalld.storage.sqlite.connection import (
     DatabaseError,
+    LendingConnection,
     OperationalError,
     connect,
     damaged_error,
@@ -99,7 +100,7 @@ def stored_meta(path: Path | str) -> dict[str, str] | None:
 
 async def _open_connection(path: Path, *, readonly: bool) -> aiosqlite.Connection:
     # aiosqlite's own connect() would use the stdlib module, which may not load extensions.
-    conn = aiosqlite.Connection(lambda: connect(path, readonly=readonly), 64)
+    conn = LendingConnection(lambda: connect(path, readonly=readonly), 64)
     return await conn
 
 
@@ -117,6 +118,8 @@ class SqliteStore(ModelSwitch):
     """
 
     backend = "sqlite"
+    # Both routes in one worker thread (storage/sqlite/routes.py).
+    routes_together = True
     schema_version = schema.SCHEMA_VERSION
     # Write faults (storage/sqlite/guard.py): the last write found the disk full (cleared by
     # the next that succeeds); a file of the store changed under us (refuses every write from

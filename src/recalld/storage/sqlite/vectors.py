@@ -1067,8 +1067,45 @@ async def _rescore(
 ) -> tuple[list[tuple[int, float]], int]:
     """The `k` nearest of `ids` by exact cosine distance from `vector_floats`, nearest first
     (ties by id), and the store's vector change counter, in one round trip."""
+    rows = await conn.execute_fetchall(_RESCORE_SQL, _rescore_params(vector, ids))
+    return _rescored(rows, k)
+
+
+def search_now(
+    raw: Any,
+    index: VectorIndex,
+    vector: FloatArray,
+    k: int,
+    kinds: Sequence[str] = (),
+    granularities: Sequence[str] = (),
+) -> tuple[list[tuple[int, float]], int] | None:
+    """`search` in the calling thread, on a reader's sqlite3 connection `raw` (a worker
+    thread's, storage/sqlite/routes.py): `(hits, the store's vector change counter)`, which
+    the caller hands to `index.note_changes` (on the event loop) before trusting the hits.
+
+    Returns:
+        None when `search` must answer: the mirror is not loaded, or the store is small and
+        searched by sqlite-vec.
+    """
+    if index.use_for(kinds, granularities):
+        ids = index.candidates(vector, k, kinds, granularities)
+        return _rescored(raw.execute(_RESCORE_SQL, _rescore_params(vector, ids)).fetchall(), k)
+    if not index.exact:
+        return None
+    # As `search` checks for other processes' writes before the exact search (catch_up).
+    rows = raw.execute("SELECT value FROM meta WHERE key = ?", (CHANGES_KEY,)).fetchall()
+    nearest = index.nearest(vector, k, kinds, granularities)
+    return None if nearest is None else (nearest, int(rows[0][0]) if rows else 0)
+
+
+def _rescore_params(vector: FloatArray, ids: Sequence[int]) -> tuple[bytes, str, str]:
     blob = np.ascontiguousarray(vector, dtype=np.float32).tobytes()
-    rows = await conn.execute_fetchall(_RESCORE_SQL, (blob, json.dumps(list(ids)), CHANGES_KEY))
+    return blob, json.dumps(list(ids)), CHANGES_KEY
+
+
+def _rescored(rows: Iterable[Any], k: int) -> tuple[list[tuple[int, float]], int]:
+    """`_RESCORE_SQL`'s rows as the `k` nearest, nearest first (ties by id), and the change
+    counter."""
     changes = 0
     found: list[tuple[int, float]] = []
     for cid, value in rows:
