@@ -238,6 +238,11 @@ class SearchSettings:
     # opens the round after its question's. On: it won on LoCoMo dev at round and at all
     # granularity, Recall@5 and every word budget, and documents have no rounds (README).
     neighbour_support: float = 0.5
+    # Facts match for their unit (issue 14, retrieval/completion.py): when a search's filter
+    # leaves facts out, a candidate's similarity is the higher of its own and its best fact's
+    # (score completion must be on). On: it won on LoCoMo dev at round granularity at Recall@5
+    # and every word budget; unfiltered searches (SciFact, LoCoMo all) never use it (README).
+    match_facts: bool = True
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,17 @@ vector-only neighbours could bury it. Completion looks the missing scores up ins
                               (0 when it contains none of the query's terms: its real BM25)
 
 Both lookups are bounded by the candidate pool (at most 2 x `candidates` chunks).
+
+Facts match for their unit (`search.match_facts`): a search whose granularity filter leaves
+facts out (rounds only, say) would compare the query with a round's embedding alone, and a
+round embeds two speakers' turns at once. Each candidate's similarity is then the higher of
+its own and its best fact's (the facts whose `parent` link points at it, exact cosine): match
+small, return big. Only the candidates' scores change; none is added.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +27,9 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.storage.contract import Store
+from recalld.types import Filters
+
+FACTS = Filters(granularities=("fact",))
 
 
 @dataclass(slots=True)
@@ -31,11 +40,15 @@ class Completed:
         similarity: Cosine similarity of every candidate (with a stored vector).
         keyword: The keyword score of every candidate (0 for those matching no term).
         filled: Route name to the ids whose score on that route was looked up here.
+        by_fact: Candidate to (its best fact, that fact's similarity, its own similarity),
+            where the fact matched better than the candidate itself (`match_facts`); its
+            `similarity` is then the fact's.
     """
 
     similarity: dict[int, float]
     keyword: dict[int, float]
     filled: dict[str, set[int]] = field(default_factory=dict)
+    by_fact: dict[int, tuple[int, float, float]] = field(default_factory=dict)
 
 
 def cosines(
@@ -53,6 +66,32 @@ def cosines(
     return out
 
 
+async def best_facts(
+    store: Store, query_vector: npt.NDArray[np.float32], candidates: Sequence[int]
+) -> dict[int, tuple[int, float]]:
+    """Each candidate's best-matching fact (a chunk of granularity `fact` with a `parent`
+    link to it) and that fact's cosine similarity with the query; candidates without facts
+    are left out."""
+    inside = set(candidates)
+    async with store.reading() as conn:
+        links = await conn.links_touching(candidates)
+        owner = {
+            src: dst
+            for src, dst, relation, _ in links
+            if relation == "parent" and dst in inside and src not in inside
+        }
+        if not owner:
+            return {}
+        facts = await conn.chunks_matching(sorted(owner), FACTS)
+        vectors = await conn.vectors_by_id(sorted(facts), store.dimension) if facts else {}
+    best: dict[int, tuple[int, float]] = {}
+    for fact, value in sorted(cosines(query_vector, vectors).items()):
+        unit = owner[fact]
+        if unit not in best or value > best[unit][1]:
+            best[unit] = (fact, value)
+    return best
+
+
 async def complete(
     store: Store,
     query_vector: npt.NDArray[np.float32] | None,
@@ -61,6 +100,7 @@ async def complete(
     keyword: Mapping[int, float],
     looked_up: Mapping[int, float] | None = None,
     stored: Mapping[int, npt.NDArray[np.float32]] | None = None,
+    match_facts: bool = False,
 ) -> Completed:
     """Fill in each route's score for the candidates only the other route returned.
 
@@ -75,6 +115,8 @@ async def complete(
             looked them up (None: look them up here).
         stored: The stored vectors of (at least) the keyword route's candidates, when recall
             already read them (None: read them here).
+        match_facts: Give each candidate the similarity of its best fact where that is
+            higher than its own (the search's filter leaves facts out).
     """
     sim, kw = dict(similarity), dict(keyword)
     filled: dict[str, set[int]] = {"vector": set(), "bm25": set()}
@@ -99,12 +141,22 @@ async def complete(
         for cid in need_keyword:
             kw[cid] = scores.get(cid, 0.0)
         filled["bm25"] = set(need_keyword)
-    return Completed(similarity=sim, keyword=kw, filled=filled)
+    by_fact: dict[int, tuple[int, float, float]] = {}
+    if match_facts and query_vector is not None and sim:
+        for cid, (fact, value) in (await best_facts(store, query_vector, list(sim))).items():
+            if value > sim[cid]:
+                by_fact[cid] = (fact, value, sim[cid])
+                sim[cid] = value
+    return Completed(similarity=sim, keyword=kw, filled=filled, by_fact=by_fact)
 
 
 def explain(routes: dict[str, Any], cid: int, completed: Completed) -> None:
     """Add the looked-up score of `cid` to its `explain` routes, marked `completed`."""
     if cid in completed.filled.get("vector", ()):
-        routes["vector"] = {"similarity": round(completed.similarity[cid], 4), "completed": True}
+        own = completed.by_fact[cid][2] if cid in completed.by_fact else completed.similarity[cid]
+        routes["vector"] = {"similarity": round(own, 4), "completed": True}
     if cid in completed.filled.get("bm25", ()):
         routes["bm25"] = {"score": round(completed.keyword[cid], 4), "completed": True}
+    if cid in completed.by_fact:
+        fact, value, _ = completed.by_fact[cid]
+        routes.setdefault("vector", {})["fact"] = {"id": fact, "similarity": round(value, 4)}

@@ -250,7 +250,14 @@ async def complete(
         recalled.bm25,
         recalled.vector_keyword,
         recalled.keyword_vectors,
+        _matches_facts(asked),
     )
+
+
+def _matches_facts(asked: Query) -> bool:
+    """Whether a candidate's facts match for it: on, and the filter leaves facts out."""
+    kept = asked.recall_filters.granularities
+    return asked.settings.match_facts and bool(kept) and "fact" not in kept
 
 
 def fuse_and_gate(
