@@ -34,7 +34,7 @@ noise, and beside the routes a remote embedder's round trip hides the keyword ro
 (`python -m bench.search_structure HOME ../shared/data/scifact`).
 
 On SQLite (`Store.routes_together`) a hybrid search embeds first, then asks for both routes in
-one read (`Reader.both_routes`: one worker thread, one hop; storage/sqlite/routes.py), and
+one read (`Reader.both_routes`: one trip to a reader's thread; storage/sqlite/routes.py), and
 runs apart only what that read could not answer. The hops, not the work, were what ran side by
 side: each step of each route came back to the event loop, and every step but the SIMD
 kernels and SQLite's own work holds the GIL. Same ranked ids and scores; the synthetic 100k

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
+from functools import partial
 from typing import Any
 
 import aiosqlite
@@ -29,8 +30,8 @@ from recalld.storage.sqlite import (
     writer,
 )
 from recalld.storage.sqlite import links as stored_links
-from recalld.storage.sqlite.connection import LendingConnection
 from recalld.storage.sqlite.keywords import KeywordIndex
+from recalld.storage.sqlite.on_thread import on_thread
 from recalld.storage.sqlite.vectors import VectorIndex
 from recalld.types import Chunk, Document, Filters
 
@@ -114,21 +115,22 @@ class SqliteReader(contract.Reader):
         depth: int,
         keyword_vectors: bool,
     ) -> BothRoutes:
-        # One worker thread on this reader's own sqlite3 connection (storage/sqlite/routes.py).
-        raw = self.conn.raw if isinstance(self.conn, LendingConnection) else None
-        if raw is None or (self.search_index is None and self.keyword_index is None):
+        # One trip to this reader's thread (storage/sqlite/routes.py).
+        if self.search_index is None and self.keyword_index is None:
             return BothRoutes()
-        found = await asyncio.to_thread(
-            routes.run,
-            raw,
-            self.search_index,
-            self.keyword_index,
-            vector,
-            terms,
-            k,
-            filters,
-            depth,
-            keyword_vectors,
+        found = await on_thread(
+            self.conn,
+            partial(
+                routes.run,
+                index=self.search_index,
+                keyword_index=self.keyword_index,
+                vector=vector,
+                terms=terms,
+                k=k,
+                filters=filters,
+                depth=depth,
+                keyword_vectors=keyword_vectors,
+            ),
         )
         hits = found.vector
         if hits is not None and self.vectors.note_changes(found.changes):

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import functools
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import aiosqlite
 import sqlite_vec
 
 from recalld import private
@@ -102,26 +100,6 @@ def connect(path: Path | str, *, readonly: bool = False) -> Any:
     # query (a search, an export) for that one value. `check` reports such rows by id.
     conn.text_factory = _LENIENT_TEXT
     return conn
-
-
-class LendingConnection(aiosqlite.Connection):
-    """An aiosqlite connection that also lends its sqlite3 connection out (`raw`).
-
-    Each statement sent through aiosqlite is a hop to the connection's thread and back to the
-    event loop. A search that runs several statements with numpy between them runs them all in
-    one worker thread on `raw` instead (storage/sqlite/routes.py), while it has the reader
-    borrowed: the connection's own thread is idle then, and `connect` opens every connection
-    with `check_same_thread=False`.
-    """
-
-    def __init__(self, connector: Callable[[], Any], iter_chunk_size: int = 64) -> None:
-        self.raw: Any = None  # set in the connection's thread when it connects
-
-        def lend() -> Any:
-            self.raw = connector()
-            return self.raw
-
-        super().__init__(lend, iter_chunk_size)
 
 
 def connect_damaged(path: Path | str) -> Any:

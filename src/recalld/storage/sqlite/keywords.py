@@ -637,7 +637,7 @@ async def lookup(
 
 
 def lookup_now(index: KeywordIndex, expressions: Sequence[str], answer: Answer[T]) -> T | None:
-    """`lookup` in the calling thread (a worker thread's: storage/sqlite/routes.py)."""
+    """`lookup` in the calling thread (a reader's thread: storage/sqlite/routes.py)."""
     per_expression: list[list[str]] = []
     for expression in expressions:
         terms = expression_terms(expression)

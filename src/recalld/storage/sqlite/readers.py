@@ -24,6 +24,7 @@ from recalld.storage.records import (
     row_to_document,
 )
 from recalld.storage.sqlite import vectors
+from recalld.storage.sqlite.on_thread import RawConnection
 from recalld.types import Chunk, Document, Filters
 
 
@@ -305,10 +306,10 @@ async def vectors_by_id(
 
 
 def vectors_by_id_now(
-    raw: Any, ids: Sequence[int], dimension: int
+    raw: RawConnection, ids: Sequence[int], dimension: int
 ) -> dict[int, npt.NDArray[np.float32]]:
-    """`vectors_by_id` in the calling thread, on a reader's sqlite3 connection `raw` (a
-    worker thread's: storage/sqlite/routes.py)."""
+    """`vectors_by_id` in the calling thread, on a reader's own connection `raw` (in its
+    thread: storage/sqlite/routes.py)."""
     if not ids:
         return {}
     return _vectors(raw.execute(_VECTORS_SQL, (json.dumps([int(i) for i in ids]),)), dimension)

@@ -1,4 +1,4 @@
-"""A hybrid search's two routes in one worker thread (`Reader.both_routes` on SQLite).
+"""A hybrid search's two routes in one trip to a reader's thread (`Reader.both_routes`).
 
 Apart, each route is a chain of hops: the vector cascade in a worker thread, its exact stage
 on the reader connection's thread, the keyword mirror's pass in another worker thread, the
@@ -6,11 +6,11 @@ keyword hits' vectors on a second reader's thread; each hop comes back to the ev
 which then sends the next step. On two cores every step but the SIMD kernels and SQLite's own
 work holds the GIL, so running the routes side by side mostly interleaved them, and each hop
 waited for the GIL besides (the precomputed query vector's hop took ~1 ms beside the keyword
-pass, 0.2 ms alone). Here both routes run one after the other in one worker thread, on the
-borrowed reader's own sqlite3 connection (`connection.LendingConnection`), after the query is
-embedded: one hop. On the synthetic 100k store a full search took 0.84x the time at p50
-(per-query median 0.88x) and 0.87x the CPU of the routes apart, the same hits (`python -m
-bench.scale_trees STORE --tree OLD --tree NEW --queries 1200 --blocks 24`, load average 6-7).
+pass, 0.2 ms alone). Here both routes run one after the other in one trip to the borrowed
+reader's thread (`on_thread`), after the query is embedded: one hop. On the synthetic 100k
+store a full search took 0.84x the time at p50 (per-query median 0.88x) and 0.87x the CPU of
+the routes apart, the same hits (`python -m bench.scale_trees STORE --tree OLD --tree NEW
+--queries 1200 --blocks 24`, load average 6-7).
 
 Only what the thread can answer alone runs here: the vector route when the in-memory mirror is
 loaded (the cascade above `exact_below` chunks, the exact search from float copies below), the
@@ -23,7 +23,6 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -31,6 +30,7 @@ import numpy.typing as npt
 from recalld.storage.contract import KeywordAnswer
 from recalld.storage.fts import match_expression
 from recalld.storage.sqlite import keywords, readers, vectors
+from recalld.storage.sqlite.on_thread import RawConnection
 from recalld.types import Filters
 
 
@@ -48,7 +48,7 @@ class Routes:
 
 
 def run(
-    raw: Any,
+    raw: RawConnection,
     index: vectors.VectorIndex | None,
     keyword_index: keywords.KeywordIndex | None,
     vector: npt.NDArray[np.float32],

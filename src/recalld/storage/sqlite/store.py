@@ -30,7 +30,6 @@ from recalld.storage.sqlite import schema, vectors
 from recalld.storage.sqlite.access import SqliteReader, SqliteWriter
 from recalld.storage.sqlite.connection import (
     DatabaseError,
-    LendingConnection,
     OperationalError,
     connect,
     damaged_error,
@@ -100,7 +99,7 @@ def stored_meta(path: Path | str) -> dict[str, str] | None:
 
 async def _open_connection(path: Path, *, readonly: bool) -> aiosqlite.Connection:
     # aiosqlite's own connect() would use the stdlib module, which may not load extensions.
-    conn = LendingConnection(lambda: connect(path, readonly=readonly), 64)
+    conn = aiosqlite.Connection(lambda: connect(path, readonly=readonly), 64)
     return await conn
 
 
@@ -118,7 +117,7 @@ class SqliteStore(ModelSwitch):
     """
 
     backend = "sqlite"
-    # Both routes in one worker thread (storage/sqlite/routes.py).
+    # Both routes in one trip to a reader's thread (storage/sqlite/routes.py).
     routes_together = True
     schema_version = schema.SCHEMA_VERSION
     # Write faults (storage/sqlite/guard.py): the last write found the disk full (cleared by

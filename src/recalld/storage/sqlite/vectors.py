@@ -1072,15 +1072,15 @@ async def _rescore(
 
 
 def search_now(
-    raw: Any,
+    raw: RawConnection,
     index: VectorIndex,
     vector: FloatArray,
     k: int,
     kinds: Sequence[str] = (),
     granularities: Sequence[str] = (),
 ) -> tuple[list[tuple[int, float]], int] | None:
-    """`search` in the calling thread, on a reader's sqlite3 connection `raw` (a worker
-    thread's, storage/sqlite/routes.py): `(hits, the store's vector change counter)`, which
+    """`search` in the calling thread, on a reader's own connection `raw` (in its thread:
+    storage/sqlite/routes.py): `(hits, the store's vector change counter)`, which
     the caller hands to `index.note_changes` (on the event loop) before trusting the hits.
 
     Returns:
