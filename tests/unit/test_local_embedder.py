@@ -304,6 +304,20 @@ def test_second_construction_reuses_the_cache(int8: LocalEmbedder, cache_dir: Pa
     ]
 
 
+def test_a_build_removes_the_graph_its_layout_superseded(tmp_path: Path) -> None:
+    # A cache from before fused attention: the same model id's graph under its old name, a
+    # graph of another version and the fp32 graph.
+    cache = tmp_path / "models"
+    cache.mkdir()
+    old = "minilm-l6-v2--onnx-int8pc-v3.onnx"
+    kept = ["minilm-l6-v2--onnx-int8pc-v2.onnx", "minilm-l6-v2--onnx-fp32-v3.onnx"]
+    for name in [old, *kept]:
+        (cache / name).write_bytes(b"a graph")
+    embedder = LocalEmbedder(cache_dir=cache)
+    embedder.load()
+    assert sorted(p.name for p in cache.iterdir()) == sorted([*kept, embedder.graph_path.name])
+
+
 def test_model_cache_is_private(int8: LocalEmbedder, tmp_path: Path) -> None:
     # Built under the suite's umask (022 in CI): still 0600.
     assert int8.graph_path.stat().st_mode & 0o777 == 0o600

@@ -39,6 +39,8 @@ from recalld.embeddings.token_counts import RecentCounts
 from recalld.embeddings.token_starts import WordStarts, token_starts, word_starts
 from recalld.errors import EmbeddingError
 
+logger = logging.getLogger(__name__)
+
 # Bump whenever onnx_graph.py, the quantisation or the session settings change what the graph
 # computes: it is part of model_id, so a store's vectors all come from one version, never mixed.
 GRAPH_VERSION = 3
@@ -446,6 +448,21 @@ class LocalEmbedder:
                 tmp.unlink(missing_ok=True)
             message = f"cannot build {self.model_id} in {self.cache_dir}: {exc}"
             raise EmbeddingError(message) from exc
+        self._remove_superseded()
+
+    def _remove_superseded(self) -> None:
+        """Remove this model id's int8 graph in the layout the fused-attention one replaced
+        (the same vectors under another file name: `-v3.onnx` once `-v3.qattention.onnx` is
+        built), which nothing opens again and which stayed in users' caches (~60 MB). Only a
+        build of the default layout removes it; graphs of other versions stay (a store
+        embedded with one still opens with it)."""
+        if not (self.quantize and self.fused_attention):
+            return
+        old = self.cache_dir / (self.model_id.replace("/", "--") + ".onnx")
+        try:
+            old.unlink(missing_ok=True)
+        except OSError as exc:  # a read-only cache, say: the build itself succeeded
+            logger.warning("cannot remove the superseded graph %s: %s", old, exc)
 
 
 def open_session(
