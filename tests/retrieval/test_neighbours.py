@@ -90,3 +90,16 @@ async def test_the_answer_round_comes_back_beside_its_question(memory: AsyncMemo
 async def test_the_weight_is_checked(memory: AsyncMemory):
     with pytest.raises(QueryError):
         await memory.searcher.search(QUERY, neighbour_support=1.5)
+
+
+async def test_links_read_with_the_candidates_lift_as_links_read_apart(
+    memory: AsyncMemory, monkeypatch: pytest.MonkeyPatch
+):
+    async def lifted() -> list[tuple[int, float, dict]]:
+        found = await memory.searcher.search(QUERY, filters=ROUNDS, gate=False, limit=4)
+        return [(h.chunk.id, h.score, h.explain) for h in found.hits]
+
+    together = await lifted()  # the links come with the first load
+    assert any("neighbours" in e for _, _, e in together)
+    monkeypatch.setattr(neighbours.NeighbourSupport, "reads_links", lambda self, query: False)
+    assert await lifted() == together  # the stage reads them itself

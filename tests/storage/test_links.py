@@ -67,6 +67,21 @@ async def test_chunks_and_statuses_reads_some_whole_and_the_others_status(store:
     assert await store.read(lambda c: c.chunks_and_statuses([], [])) == ({}, {})
 
 
+async def test_chunks_statuses_and_links_read_together_what_each_read_gives(store: Store) -> None:
+    await put(store, "a", ["old fact", "new fact", "other fact", "far fact"])
+    old, new, other, far = await ids_of(store, "a")
+    await store.write(lambda c: c.add_links([(new, old, "supersedes", 1.0)]))
+    await store.write(lambda c: c.add_links([(far, other, "temporal", 0.5)]))
+    whole, statuses, links = await store.read(
+        lambda c: c.chunks_statuses_and_links([new], [old, other], [new, old, other])
+    )
+    apart = await store.read(lambda c: c.chunks_and_statuses([new], [old, other]))
+    assert (whole, statuses) == apart
+    touching = await store.read(lambda c: c.links_touching([new, old, other]))
+    assert sorted(links) == sorted(touching) and len(links) == 2
+    assert await store.read(lambda c: c.chunks_statuses_and_links([], [], [])) == ({}, {}, [])
+
+
 async def test_deleting_the_newer_chunk_reactivates_the_older(store: Store) -> None:
     await put(store, "old", ["Ana lives in Porto"])
     await put(store, "new", ["Ana moved to Lisbon"])

@@ -91,13 +91,16 @@ class NeighbourSupport(Stage):
     def reads_every_chunk(self, query: Query) -> bool:
         return False  # only the links between the candidates
 
+    def reads_links(self, query: Query) -> bool:
+        return True  # read with the candidates: one read fewer
+
     async def run(self, query: Query, found: Candidates) -> None:
         # The links are read only when a round is among the chunks read so far (the first
         # `limit`): a search of documents or memories has no temporal links to follow.
         if len(found.order) < 2 or not any(c.granularity == ROUND for c in found.chunks.values()):
             return
         order = found.order
-        links = await found.store.read(lambda c: c.links_touching(order))
+        links = await found.links_touching(order)
         neighbours = adjacency(links, order)
         if not neighbours:
             return

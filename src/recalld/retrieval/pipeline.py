@@ -22,6 +22,7 @@ import numpy.typing as npt
 from recalld.config import SearchSettings
 from recalld.retrieval.timeparse import TimeIntent
 from recalld.storage.contract import Store
+from recalld.storage.records import Link
 from recalld.types import Chunk, Filters, Tier
 
 
@@ -100,6 +101,8 @@ class Candidates:
     summary: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     _notes: dict[str, dict[int, Any]] = field(default_factory=dict)
+    # The links touching some ids, read with the first load (`load_statuses`), and those ids.
+    _links: tuple[frozenset[int], list[Link]] | None = None
 
     def notes(self, stage: str) -> dict[int, Any]:
         """The per-hit `explain` entries of one stage (`{chunk id: value}`), to write to."""
@@ -117,12 +120,22 @@ class Candidates:
             self.chunks.update(found)
             self._drop_gone(missing)
 
-    async def load_statuses(self, first: int) -> None:
+    async def load_statuses(self, first: int, links: bool = False) -> None:
         """Load the chunks of the first `first` candidates and only the status of the others,
-        in one read; ids no longer stored leave `order`."""
+        in one read, with the links touching every candidate when `links`; ids no longer
+        stored leave `order`."""
         missing = [c for c in self.order[:first] if c not in self.chunks]
         rest = [c for c in self.order[first:] if c not in self.chunks]
-        if missing or rest:
+        every = list(self.order) if links else []
+        if every:
+            found, statuses, touching = await self.store.read(
+                lambda c: c.chunks_statuses_and_links(missing, rest, every)
+            )
+            self._links = (frozenset(every), touching)
+            self.chunks.update(found)
+            self.statuses.update(statuses)
+            self._drop_gone([*missing, *(c for c in rest if c not in statuses)])
+        elif missing or rest:
             found, statuses = await self.store.read(lambda c: c.chunks_and_statuses(missing, rest))
             self.chunks.update(found)
             self.statuses.update(statuses)
@@ -138,6 +151,14 @@ class Candidates:
         """A candidate's status, from its chunk or `statuses`."""
         chunk = self.chunks.get(cid)
         return chunk.status if chunk is not None else self.statuses[cid]
+
+    async def links_touching(self, ids: Sequence[int]) -> list[Link]:
+        """Every link with either end in `ids` (`Reader.links_touching`): from the first load
+        when it read them for all of `ids` (`Stage.reads_links`), else read now."""
+        if self._links is not None and self._links[0].issuperset(ids):
+            wanted = set(ids)
+            return [link for link in self._links[1] if link[0] in wanted or link[1] in wanted]
+        return await self.store.read(lambda c: c.links_touching(ids))
 
     async def vectors(self, ids: Sequence[int]) -> dict[int, npt.NDArray[np.float32]]:
         """The stored vectors of `ids` (those that have one)."""
@@ -172,6 +193,11 @@ class Stage(ABC):
         (`Candidates.load`)."""
         return True
 
+    def reads_links(self, query: Query) -> bool:
+        """Whether it follows the links between the candidates: then the first load reads
+        them in the same read (`Candidates.links_touching`)."""
+        return False
+
 
 async def load_for(stages: Sequence[Stage], query: Query, found: Candidates) -> None:
     """The candidates' first load: every chunk when an enabled stage reads them all, else
@@ -181,7 +207,8 @@ async def load_for(stages: Sequence[Stage], query: Query, found: Candidates) -> 
     if any(stage.enabled(query) and stage.reads_every_chunk(query) for stage in stages):
         await found.load()
     else:
-        await found.load_statuses(query.limit)
+        links = any(stage.enabled(query) and stage.reads_links(query) for stage in stages)
+        await found.load_statuses(query.limit, links)
 
 
 async def run_stages(stages: Sequence[Stage], query: Query, found: Candidates) -> None:

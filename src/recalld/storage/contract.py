@@ -194,6 +194,14 @@ class Reader(Protocol):
         reads."""
         ...
 
+    async def chunks_statuses_and_links(
+        self, ids: Sequence[int], status_ids: Sequence[int], link_ids: Sequence[int]
+    ) -> tuple[dict[int, Chunk], dict[int, str], list[Link]]:
+        """`chunks_and_statuses(ids, status_ids)` and `links_touching(link_ids)` in one read:
+        a search's candidates when a stage follows their links (SQLite: one trip to the
+        reader's thread)."""
+        ...
+
     async def vectors_by_id(
         self, ids: Sequence[int], dimension: int
     ) -> dict[int, npt.NDArray[np.float32]]:

@@ -114,6 +114,12 @@ class PgReader(contract.Reader):
     ) -> tuple[dict[int, Chunk], dict[int, str]]:
         return await readers.chunks_and_statuses(self.conn, ids, status_ids)
 
+    async def chunks_statuses_and_links(
+        self, ids: Sequence[int], status_ids: Sequence[int], link_ids: Sequence[int]
+    ) -> tuple[dict[int, Chunk], dict[int, str], list[Link]]:
+        chunks, statuses = await self.chunks_and_statuses(ids, status_ids)
+        return chunks, statuses, await self.links_touching(link_ids)
+
     async def vectors_by_id(
         self, ids: Sequence[int], dimension: int
     ) -> dict[int, npt.NDArray[np.float32]]:

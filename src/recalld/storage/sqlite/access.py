@@ -31,7 +31,7 @@ from recalld.storage.sqlite import (
 )
 from recalld.storage.sqlite import links as stored_links
 from recalld.storage.sqlite.keywords import KeywordIndex
-from recalld.storage.sqlite.on_thread import on_thread
+from recalld.storage.sqlite.on_thread import RawConnection, on_thread
 from recalld.storage.sqlite.vectors import VectorIndex
 from recalld.types import Chunk, Document, Filters
 
@@ -187,6 +187,15 @@ class SqliteReader(contract.Reader):
         self, ids: Sequence[int], status_ids: Sequence[int]
     ) -> tuple[dict[int, Chunk], dict[int, str]]:
         return await readers.chunks_and_statuses(self.conn, ids, status_ids)
+
+    async def chunks_statuses_and_links(
+        self, ids: Sequence[int], status_ids: Sequence[int], link_ids: Sequence[int]
+    ) -> tuple[dict[int, Chunk], dict[int, str], list[Link]]:
+        def read(raw: RawConnection) -> tuple[dict[int, Chunk], dict[int, str], list[Link]]:
+            chunks, statuses = readers.chunks_and_statuses_now(raw, ids, status_ids)
+            return chunks, statuses, stored_links.touching_now(raw, link_ids)
+
+        return await on_thread(self.conn, read)
 
     async def vectors_by_id(
         self, ids: Sequence[int], dimension: int

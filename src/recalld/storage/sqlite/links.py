@@ -88,19 +88,31 @@ async def of(
     return found
 
 
+_TOUCHING_SQL = (
+    "SELECT src, dst, relation, weight FROM links "
+    "WHERE src IN (SELECT value FROM json_each(?)) "
+    "UNION SELECT src, dst, relation, weight FROM links "
+    "WHERE dst IN (SELECT value FROM json_each(?))"
+)
+
+
 async def touching(conn: aiosqlite.Connection, chunk_ids: Sequence[int]) -> list[Link]:
     """Every link with either end in `chunk_ids`, for spreading activation."""
     if not chunk_ids:
         return []
     ids = json.dumps(list(chunk_ids))
-    rows = await _fetchall(
-        conn,
-        "SELECT src, dst, relation, weight FROM links "
-        "WHERE src IN (SELECT value FROM json_each(?)) "
-        "UNION SELECT src, dst, relation, weight FROM links "
-        "WHERE dst IN (SELECT value FROM json_each(?))",
-        (ids, ids),
-    )
+    return _links(await _fetchall(conn, _TOUCHING_SQL, (ids, ids)))
+
+
+def touching_now(raw: RawConnection, chunk_ids: Sequence[int]) -> list[Link]:
+    """`touching` in the calling thread, the connection's own (`on_thread`)."""
+    if not chunk_ids:
+        return []
+    ids = json.dumps(list(chunk_ids))
+    return _links(raw.execute(_TOUCHING_SQL, (ids, ids)).fetchall())
+
+
+def _links(rows: Iterable[Any]) -> list[Link]:
     return [(int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in rows]
 
 

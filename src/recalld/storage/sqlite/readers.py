@@ -277,15 +277,26 @@ async def chunks_and_statuses(
     missing ids are left out of both."""
     if not ids and not status_ids:
         return {}, {}
-    rows = await fetchall(
-        conn,
-        f"SELECT {CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
-        "WHERE c.id IN (SELECT value FROM json_each(?)) UNION ALL "
-        f"SELECT {CHUNK_STATUS_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
-        "WHERE c.id IN (SELECT value FROM json_each(?))",
-        (json.dumps(list(ids)), json.dumps(list(status_ids))),
-    )
-    return records.chunks_and_statuses(rows)
+    params = (json.dumps(list(ids)), json.dumps(list(status_ids)))
+    return records.chunks_and_statuses(await fetchall(conn, _CHUNKS_AND_STATUSES_SQL, params))
+
+
+def chunks_and_statuses_now(
+    raw: RawConnection, ids: Sequence[int], status_ids: Sequence[int]
+) -> tuple[dict[int, Chunk], dict[int, str]]:
+    """`chunks_and_statuses` in the calling thread, the connection's own (`on_thread`)."""
+    if not ids and not status_ids:
+        return {}, {}
+    params = (json.dumps(list(ids)), json.dumps(list(status_ids)))
+    return records.chunks_and_statuses(raw.execute(_CHUNKS_AND_STATUSES_SQL, params).fetchall())
+
+
+_CHUNKS_AND_STATUSES_SQL = (
+    f"SELECT {CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
+    "WHERE c.id IN (SELECT value FROM json_each(?)) UNION ALL "
+    f"SELECT {CHUNK_STATUS_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
+    "WHERE c.id IN (SELECT value FROM json_each(?))"
+)
 
 
 async def vectors_by_id(
