@@ -47,7 +47,7 @@ KS = (8, 10)
 THRESHOLDS = (0.01, *(round(0.05 * n, 2) for n in range(1, 11)))
 # Of the answerable pseudo-questions: the most a store may reject, under the 5 % the issue
 # allows, with room for a store's sample. On LoCoMo dev real answerable questions were
-# rejected no more often than the pseudo-questions were (README, Benchmarks).
+# rejected about as often as the pseudo-questions were (README, Benchmarks).
 MAX_FALSE = 0.04
 QUERIES = 300
 DRAWS = 2  # draws of up to QUERIES pseudo-questions each (see above)
