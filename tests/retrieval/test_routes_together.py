@@ -9,6 +9,8 @@ import pytest
 
 from recalld.api import AsyncMemory
 from recalld.config import load_settings
+from recalld.storage.sqlite import vectors
+from recalld.storage.sqlite.store import SqliteStore
 from recalld.types import Filters, SearchResult
 from tests.retrieval.corpus import OFF_TOPIC, PASSAGES, QUESTIONS
 
@@ -41,17 +43,22 @@ def seen(result: SearchResult) -> tuple[Any, ...]:
 
 @pytest.mark.parametrize("overrides", SETTINGS)
 async def test_both_routes_in_one_read_give_the_results_of_the_routes_apart(
-    memory: AsyncMemory, overrides: dict[str, Any]
+    memory: AsyncMemory, overrides: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store: Any = memory.searcher.store
-    assert store.routes_together
-    queries = [*QUESTIONS, *OFF_TOPIC]
-    for filters in (Filters(), Filters(sources=("notes/",))):
-        together = [await memory.searcher.search(q, filters=filters, **overrides) for q in queries]
-        store.routes_together = False
-        try:
-            apart = [await memory.searcher.search(q, filters=filters, **overrides) for q in queries]
-        finally:
-            del store.routes_together  # the class's answer again
-        assert [seen(r) for r in together] == [seen(r) for r in apart]
-        assert any(r.hits for r in together)
+    assert memory.searcher.store.routes_together
+    queries = [
+        (q, f) for q in [*QUESTIONS, *OFF_TOPIC] for f in (Filters(), Filters(sources=("notes/",)))
+    ]
+    together = [await memory.searcher.search(q, filters=f, **overrides) for q, f in queries]
+    monkeypatch.setattr(SqliteStore, "routes_together", False)
+    apart = [await memory.searcher.search(q, filters=f, **overrides) for q, f in queries]
+    assert [seen(r) for r in together] == [seen(r) for r in apart]
+    assert any(r.hits for r in together)
+
+
+async def test_a_store_whose_hamming_stage_splits_runs_the_routes_apart(
+    memory: AsyncMemory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await memory.searcher.search("backups")  # loads the vector index
+    monkeypatch.setattr(vectors, "_SPLIT_ABOVE", 1)  # as a 200k store's: two threads
+    assert not memory.searcher.store.routes_together

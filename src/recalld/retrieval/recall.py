@@ -33,13 +33,16 @@ ORT thread 1.00-1.05x, all ranking the same ids; nothing was faster beyond the r
 noise, and beside the routes a remote embedder's round trip hides the keyword route
 (`python -m bench.search_structure HOME ../shared/data/scifact`).
 
-On SQLite (`Store.routes_together`) a hybrid search embeds first, then asks for both routes in
-one read (`Reader.both_routes`: one trip to a reader's thread; storage/sqlite/routes.py), and
-runs apart only what that read could not answer. The hops, not the work, were what ran side by
-side: each step of each route came back to the event loop, and every step but the SIMD
-kernels and SQLite's own work holds the GIL. Same ranked ids and scores; the synthetic 100k
-store's full search 0.84x the p50 (per-query median 0.88x, CPU 0.87x; 1,200 queries, 24
-blocks, load average 6-7), SciFact 0.92x (per query 0.95x; `bench.search_trees`, 300 queries).
+On SQLite below 200k chunks (`Store.routes_together`) a hybrid search embeds first, then
+asks for both routes in one read (`Reader.both_routes`: one trip to a reader's thread;
+storage/sqlite/routes.py), and runs apart only what that read could not answer. The hops, not
+the work, were what ran side by side: each step of each route came back to the event loop, and
+every step but the SIMD kernels and SQLite's own work holds the GIL. Same ranked ids and
+scores; the synthetic 100k store's full search 0.84x the p50 (per-query median 0.88x, CPU
+0.87x; 1,200 queries, 24 blocks, load average 6-7), SciFact 0.92x (per query 0.95x;
+`bench.search_trees`, 300 queries). Above 200k chunks the cascade's Hamming stage runs in two
+threads that release the GIL, and the keyword pass beside them is worth more than the hops: at
+1M one trip took 1.5x the time (`bench.scale_trees`, 400 queries), so the routes run apart.
 """
 
 from __future__ import annotations

@@ -117,8 +117,6 @@ class SqliteStore(ModelSwitch):
     """
 
     backend = "sqlite"
-    # Both routes in one trip to a reader's thread (storage/sqlite/routes.py).
-    routes_together = True
     schema_version = schema.SCHEMA_VERSION
     # Write faults (storage/sqlite/guard.py): the last write found the disk full (cleared by
     # the next that succeeds); a file of the store changed under us (refuses every write from
@@ -223,6 +221,13 @@ class SqliteStore(ModelSwitch):
     async def bulk_load(self) -> AsyncIterator[None]:
         """Nothing to defer: FTS5 and the vector cascade keep up with row-by-row writes."""
         yield
+
+    @property
+    def routes_together(self) -> bool:
+        """Both routes in one trip to a reader's thread (storage/sqlite/routes.py) while the
+        cascade's Hamming stage runs in one thread; above that the keyword pass overlaps its
+        two halves, which release the GIL (at 1M, one trip searched 1.5x slower)."""
+        return not self.vectors.splits_hamming
 
     async def close(self) -> None:
         """Close every connection (waiting for a running write to finish)."""

@@ -310,6 +310,11 @@ class VectorIndex:
         return sum(int(x.nbytes) for x in arrays) + a.int8.nbytes
 
     @property
+    def splits_hamming(self) -> bool:
+        """Whether a search's Hamming stage runs in two threads (a big store)."""
+        return self._live >= _SPLIT_ABOVE
+
+    @property
     def exact(self) -> bool:
         """Whether searches run exactly on the float copies in memory (a small store)."""
         a = self._arrays
