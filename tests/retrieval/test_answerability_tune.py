@@ -175,6 +175,12 @@ async def test_recorded_with_the_fusion_shown_and_used_when_switched_on(memory: 
     memory.searcher.tuning = old
     unused = await memory.searcher.search(asked, answerability_self_tune=True)
     assert unused.explain["answerability"]["learned"] is False
+    # `recalld status` says so, rather than showing the threshold as in use.
+    assert tuning.status()["answerability"]["all"]["current"] is True
+    status = old.status()
+    assert status["answerability"]["all"]["current"] is False
+    line = answerability_line(status, True)
+    assert "all: threshold" in line and "learned for an earlier signal" in line
 
 
 def test_status_line_says_what_each_scope_learned_and_whether_it_is_used():

@@ -183,6 +183,11 @@ def answerability_line(tuning: dict[str, Any] | None, self_tune: bool | None) ->
     for scope, found in sorted(learned.items()):
         if found.get("skipped"):
             scopes.append(f"{scope}: nothing learned ({found['skipped']})")
+        elif found.get("current") is False:
+            scopes.append(
+                f"{scope}: threshold {found['threshold']} learned for an earlier signal, "
+                "not used until the store calibrates again (`recalld calibrate`)"
+            )
         elif found["threshold"] <= 0:
             scopes.append(f"{scope}: off (no threshold separates its pseudo-questions)")
         else:

@@ -315,7 +315,7 @@ async def status(ctx: Context, params: Params, progress: Progress) -> Any:
         "drop_folder": os.fspath(settings.drop_folder),
         "sources": len(ctx.sources.all()),
         "counts": counts,
-        "calibration": tuning.as_dict() if (tuning := memory.searcher.tuning) else None,
+        "calibration": tuning.status() if (tuning := memory.searcher.tuning) else None,
         "self_tune": settings.search.self_tune,
         "answerability_self_tune": settings.search.answerability_self_tune,
         "queues": depths,

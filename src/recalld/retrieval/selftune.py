@@ -170,6 +170,14 @@ class StoreTuning:
             else None,
         }
 
+    def status(self) -> dict[str, Any]:
+        """`as_dict`, each learned answerability threshold marked `current` when searches may
+        use it (one learned for an earlier ownership signal waits for the next calibration)."""
+        out = self.as_dict()
+        for scope, found in (self.answerability or {}).items():
+            out["answerability"][scope]["current"] = found.current()
+        return out
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> StoreTuning:
         return cls(
