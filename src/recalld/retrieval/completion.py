@@ -27,9 +27,6 @@ import numpy as np
 import numpy.typing as npt
 
 from recalld.storage.contract import Store
-from recalld.types import Filters
-
-FACTS = Filters(granularities=("fact",))
 
 
 @dataclass(slots=True)
@@ -72,18 +69,13 @@ async def best_facts(
     """Each candidate's best-matching fact (a chunk of granularity `fact` with a `parent`
     link to it) and that fact's cosine similarity with the query; candidates without facts
     are left out."""
-    inside = set(candidates)
-    async with store.reading() as conn:
-        links = await conn.links_touching(candidates)
-        owner = {
-            src: dst
-            for src, dst, relation, _ in links
-            if relation == "parent" and dst in inside and src not in inside
-        }
-        if not owner:
-            return {}
-        facts = await conn.chunks_matching(sorted(owner), FACTS)
-        vectors = await conn.vectors_by_id(sorted(facts), store.dimension) if facts else {}
+    rows = await store.read(lambda c: c.child_facts(candidates, store.dimension))
+    # One parent per fact: the highest id, as when the links came sorted from one read.
+    owner: dict[int, int] = {}
+    vectors: dict[int, npt.NDArray[np.float32]] = {}
+    for fact, parent, vector in rows:
+        owner[fact] = max(parent, owner.get(fact, parent))
+        vectors[fact] = vector
     best: dict[int, tuple[int, float]] = {}
     for fact, value in sorted(cosines(query_vector, vectors).items()):
         unit = owner[fact]

@@ -265,6 +265,14 @@ class Reader(Protocol):
         """Which of `chunk_ids` pass a search's filters."""
         ...
 
+    async def child_facts(
+        self, chunk_ids: Sequence[int], dimension: int
+    ) -> list[tuple[int, int, npt.NDArray[np.float32]]]:
+        """Each fact below `chunk_ids` as `(fact, parent, vector)`: a chunk of granularity
+        `fact`, not itself in `chunk_ids`, with a stored vector and a `parent` link to one of
+        them (one row per such link), in one read (`search.match_facts`)."""
+        ...
+
     async def current_version(self, chunk_id: int) -> int:
         """The version number of a memory's current text (1 for a memory never edited)."""
         ...

@@ -166,6 +166,11 @@ class PgReader(contract.Reader):
     async def chunks_matching(self, chunk_ids: Sequence[int], filters: Filters) -> set[int]:
         return await stored_links.matching(self.conn, chunk_ids, filters)
 
+    async def child_facts(
+        self, chunk_ids: Sequence[int], dimension: int
+    ) -> list[tuple[int, int, npt.NDArray[np.float32]]]:
+        return await readers.child_facts(self.conn, chunk_ids, dimension)
+
     async def current_version(self, chunk_id: int) -> int:
         return await history.current_version(self.conn, chunk_id)
 

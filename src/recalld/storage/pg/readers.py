@@ -413,6 +413,25 @@ async def vectors_by_id(
     return {int(r[0]): r[1][:dimension] for r in rows}
 
 
+async def child_facts(
+    conn: PgConn, chunk_ids: Sequence[int], dimension: int
+) -> list[tuple[int, int, npt.NDArray[np.float32]]]:
+    """Each fact below `chunk_ids` with its parent and its stored vector (`Reader.child_facts`),
+    in one query."""
+    if not chunk_ids:
+        return []
+    ids = [int(c) for c in chunk_ids]
+    rows = await conn.fetch_binary(
+        "SELECT l.src, l.dst, v.embedding FROM links l "
+        "JOIN chunks c ON c.id = l.src JOIN documents d ON d.id = c.document_id "
+        "JOIN chunks_vec v ON v.chunk_id = l.src "
+        "WHERE l.dst = ANY(%s) AND l.relation = 'parent' AND c.granularity = 'fact' "
+        "AND NOT (l.src = ANY(%s))",
+        [ids, ids],
+    )
+    return [(int(r[0]), int(r[1]), r[2][:dimension]) for r in rows]
+
+
 async def neighbours(conn: PgConn, document_id: int, position: int, window: int) -> list[Chunk]:
     """The chunks within `window` positions of `position` in a document, in order."""
     rows = await conn.fetch(

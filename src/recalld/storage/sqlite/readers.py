@@ -336,6 +336,29 @@ def _vectors(rows: Iterable[Any], dimension: int) -> dict[int, npt.NDArray[np.fl
     return {int(r[0]): np.frombuffer(r[1], dtype=np.float32, count=dimension) for r in rows}
 
 
+async def child_facts(
+    conn: aiosqlite.Connection, chunk_ids: Sequence[int], dimension: int
+) -> list[tuple[int, int, npt.NDArray[np.float32]]]:
+    """Each fact below `chunk_ids` with its parent and its stored vector (`Reader.child_facts`),
+    in one statement where fact matching made three reads (every link of the candidates,
+    temporal ones too, then the facts' granularity, then their vectors)."""
+    if not chunk_ids:
+        return []
+    rows = await fetchall(conn, _CHILD_FACTS_SQL, (json.dumps([int(i) for i in chunk_ids]),))
+    return [
+        (int(r[0]), int(r[1]), np.frombuffer(r[2], dtype=np.float32, count=dimension)) for r in rows
+    ]
+
+
+_CHILD_FACTS_SQL = (
+    "SELECT l.src, l.dst, v.embedding FROM links l "
+    "JOIN chunks c ON c.id = l.src JOIN documents d ON d.id = c.document_id "
+    "JOIN vector_floats v ON v.chunk_id = l.src "
+    "WHERE l.dst IN (SELECT value FROM json_each(?1)) AND l.relation = 'parent' "
+    "AND c.granularity = 'fact' AND l.src NOT IN (SELECT value FROM json_each(?1))"
+)
+
+
 async def neighbours(
     conn: aiosqlite.Connection, document_id: int, position: int, window: int
 ) -> list[Chunk]:
