@@ -255,6 +255,22 @@ async def test_int8_stage_narrows_the_exact_stage(filled):
             assert np.allclose([d for _, d in got][:10], [d for _, d in want][:10], atol=1e-5)
 
 
+async def test_the_int8_stage_split_over_two_threads_keeps_the_same_rows(filled, monkeypatch):
+    """Many survivors are scored in two halves, one on the pool's thread: the same rows."""
+    store, data = filled
+    store.vectors.tuning = dataclasses.replace(
+        vectors.Tuning(), exact_below=0, stage3_min=400, final_min=16, final_per_k=2
+    )
+    await knn(store, data[0])
+    await store.vectors.wait_filled()
+    rng = np.random.default_rng(21)
+    queries = [near(data[i], rng) for i in rng.integers(0, len(data), 10)]
+    whole = [sorted(store.vectors.candidates(q, 10, (), ())) for q in queries]
+    monkeypatch.setattr(vectors, "_SPLIT_INT8_ABOVE", 2)  # every survivor set here splits
+    halves = [sorted(store.vectors.candidates(q, 10, (), ())) for q in queries]
+    assert halves == whole
+
+
 async def test_searches_before_the_int8_fill_are_exact(filled):
     """A big store publishes its codes first and fills the int8 copies in the background;
     meanwhile the bit stages narrow the stage-1 survivors without one, every stage-3 survivor
