@@ -88,20 +88,11 @@ async def of(
     return found
 
 
-_TOUCHING_SQL = (
-    "SELECT src, dst, relation, weight FROM links "
-    "WHERE src IN (SELECT value FROM json_each(?)) "
-    "UNION SELECT src, dst, relation, weight FROM links "
-    "WHERE dst IN (SELECT value FROM json_each(?))"
-)
-
-
 async def touching(conn: aiosqlite.Connection, chunk_ids: Sequence[int]) -> list[Link]:
     """Every link with either end in `chunk_ids`, for spreading activation."""
     if not chunk_ids:
         return []
-    ids = json.dumps(list(chunk_ids))
-    return _links(await _fetchall(conn, _TOUCHING_SQL, (ids, ids)))
+    return await on_thread(conn, partial(touching_now, chunk_ids=chunk_ids))
 
 
 def touching_now(raw: RawConnection, chunk_ids: Sequence[int]) -> list[Link]:
@@ -109,10 +100,13 @@ def touching_now(raw: RawConnection, chunk_ids: Sequence[int]) -> list[Link]:
     if not chunk_ids:
         return []
     ids = json.dumps(list(chunk_ids))
-    return _links(raw.execute(_TOUCHING_SQL, (ids, ids)).fetchall())
-
-
-def _links(rows: Iterable[Any]) -> list[Link]:
+    rows = raw.execute(
+        "SELECT src, dst, relation, weight FROM links "
+        "WHERE src IN (SELECT value FROM json_each(?)) "
+        "UNION SELECT src, dst, relation, weight FROM links "
+        "WHERE dst IN (SELECT value FROM json_each(?))",
+        (ids, ids),
+    )
     return [(int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in rows]
 
 

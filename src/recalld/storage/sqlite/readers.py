@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import aiosqlite
@@ -24,7 +25,7 @@ from recalld.storage.records import (
     row_to_document,
 )
 from recalld.storage.sqlite import vectors
-from recalld.storage.sqlite.on_thread import RawConnection
+from recalld.storage.sqlite.on_thread import RawConnection, on_thread
 from recalld.types import Chunk, Document, Filters
 
 
@@ -275,10 +276,7 @@ async def chunks_and_statuses(
 ) -> tuple[dict[int, Chunk], dict[int, str]]:
     """The chunks of `ids` and only the status of each of `status_ids`, in one statement;
     missing ids are left out of both."""
-    if not ids and not status_ids:
-        return {}, {}
-    params = (json.dumps(list(ids)), json.dumps(list(status_ids)))
-    return records.chunks_and_statuses(await fetchall(conn, _CHUNKS_AND_STATUSES_SQL, params))
+    return await on_thread(conn, partial(chunks_and_statuses_now, ids=ids, status_ids=status_ids))
 
 
 def chunks_and_statuses_now(
@@ -287,16 +285,14 @@ def chunks_and_statuses_now(
     """`chunks_and_statuses` in the calling thread, the connection's own (`on_thread`)."""
     if not ids and not status_ids:
         return {}, {}
-    params = (json.dumps(list(ids)), json.dumps(list(status_ids)))
-    return records.chunks_and_statuses(raw.execute(_CHUNKS_AND_STATUSES_SQL, params).fetchall())
-
-
-_CHUNKS_AND_STATUSES_SQL = (
-    f"SELECT {CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
-    "WHERE c.id IN (SELECT value FROM json_each(?)) UNION ALL "
-    f"SELECT {CHUNK_STATUS_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
-    "WHERE c.id IN (SELECT value FROM json_each(?))"
-)
+    rows = raw.execute(
+        f"SELECT {CHUNK_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
+        "WHERE c.id IN (SELECT value FROM json_each(?)) UNION ALL "
+        f"SELECT {CHUNK_STATUS_COLUMNS} FROM chunks c JOIN documents d ON d.id = c.document_id "
+        "WHERE c.id IN (SELECT value FROM json_each(?))",
+        (json.dumps(list(ids)), json.dumps(list(status_ids))),
+    )
+    return records.chunks_and_statuses(rows.fetchall())
 
 
 async def vectors_by_id(
@@ -312,8 +308,7 @@ async def vectors_by_id(
     """
     if not ids:
         return {}
-    rows = await fetchall(conn, _VECTORS_SQL, (json.dumps([int(i) for i in ids]),))
-    return _vectors(rows, dimension)
+    return await on_thread(conn, partial(vectors_by_id_now, ids=ids, dimension=dimension))
 
 
 def vectors_by_id_now(
@@ -323,16 +318,11 @@ def vectors_by_id_now(
     thread: storage/sqlite/routes.py)."""
     if not ids:
         return {}
-    return _vectors(raw.execute(_VECTORS_SQL, (json.dumps([int(i) for i in ids]),)), dimension)
-
-
-_VECTORS_SQL = (
-    "SELECT chunk_id, embedding FROM vector_floats WHERE chunk_id IN "
-    "(SELECT value FROM json_each(?))"
-)
-
-
-def _vectors(rows: Iterable[Any], dimension: int) -> dict[int, npt.NDArray[np.float32]]:
+    rows = raw.execute(
+        "SELECT chunk_id, embedding FROM vector_floats WHERE chunk_id IN "
+        "(SELECT value FROM json_each(?))",
+        (json.dumps([int(i) for i in ids]),),
+    )
     return {int(r[0]): np.frombuffer(r[1], dtype=np.float32, count=dimension) for r in rows}
 
 
