@@ -18,10 +18,13 @@ from recalld.config import Settings, load_settings
 from recalld.embeddings.base import Embedder, load_embedder
 
 # The search overrides each mode stands for. `full` is the shipped defaults, every stage on.
+# The routes alone return every hit they rank: no gate and no pruning of the result set (dedup,
+# MMR, covered turns).
+_ROUTE = {"gate": False, "mmr": False, "dedup": False, "drop_covered": False}
 MODES: dict[str, dict[str, Any]] = {
-    "bm25": {"mode": "bm25", "gate": False, "mmr": False, "dedup": False},
-    "vector": {"mode": "vector", "gate": False, "mmr": False, "dedup": False},
-    "hybrid": {"mode": "hybrid", "gate": False, "mmr": False, "dedup": False},
+    "bm25": {"mode": "bm25", **_ROUTE},
+    "vector": {"mode": "vector", **_ROUTE},
+    "hybrid": {"mode": "hybrid", **_ROUTE},
     "full": {},
 }
 

@@ -243,6 +243,9 @@ class SearchSettings:
     # (score completion must be on). On: it won on LoCoMo dev at round granularity at Recall@5
     # and every word budget; unfiltered searches (SciFact, LoCoMo all) never use it (README).
     match_facts: bool = True
+    # Covered turns (issue 14, retrieval/covered.py): a conversation hit leaves when finer hits
+    # above it (a round's own facts, a session's rounds) already point to all of its turns.
+    drop_covered: bool = False
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from recalld.retrieval.activation import Activation
 from recalld.retrieval.answerability import AnswerabilityCheck
+from recalld.retrieval.covered import DropCovered
 from recalld.retrieval.diversity import MMR, Dedup
 from recalld.retrieval.neighbours import NeighbourSupport
 from recalld.retrieval.pipeline import Candidates, Query, Stage
@@ -42,6 +43,7 @@ STAGES: tuple[Stage, ...] = (
     Rerank(),  # MemX's recency, frequency and importance factors
     StatusPenalty(),  # superseded and contradicted chunks rank down
     NeighbourSupport(),  # search.neighbour_support: rounds lifted by their adjacent rounds
+    DropCovered(),  # search.drop_covered: no hit whose turns finer hits above point to
     Dedup(),  # identical texts once
     MMR(),  # search.mmr: diverse hits
     Limit(),  # the best `limit`
