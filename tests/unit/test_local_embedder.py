@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -465,3 +466,14 @@ def test_a_split_blocks_tail_counts_from_the_blocks_tokenisation(int8: LocalEmbe
             start = text.rfind(last)
             counted = int8.count_spans(text, [(start, start + len(last))])
             assert counted == [int8.count_tokens(last)], (text, budget)
+
+
+def test_embed_feeds_the_model_the_tokenizers_ids(int8: LocalEmbedder) -> None:
+    # `embed` takes a text's ids from its pieces' kept tokens: the same as the tokenizer's,
+    # special tokens included, for every text (and so the same vectors).
+    runtime = int8._load()
+    assert runtime.pieces is not None
+    texts = [*SPLIT_PROSE, *SENTENCES, "", " ", "x" * 600, "é" * 300]
+    whole = LocalEmbedder._ids(dataclasses.replace(runtime, pieces=None), texts)
+    assert whole == [e.ids for e in runtime.tokenizer.encode_batch_fast(texts)]
+    assert LocalEmbedder._ids(runtime, texts) == whole

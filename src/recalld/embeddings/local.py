@@ -36,7 +36,7 @@ from recalld import private
 from recalld.embeddings.base import Vectors
 from recalld.embeddings.onnx_graph import BertConfig, build_bert_graph, matmul_node_name
 from recalld.embeddings.token_counts import RecentCounts
-from recalld.embeddings.token_starts import WordStarts, token_starts, word_starts
+from recalld.embeddings.token_starts import PieceTokens, WordTokens, token_ids, token_starts
 from recalld.errors import EmbeddingError
 
 logger = logging.getLogger(__name__)
@@ -107,9 +107,11 @@ class _Runtime:
     # WordPiece after BERT's pre-tokenizer: no token crosses whitespace or punctuation, so
     # `count_spans` may count spans of one tokenisation.
     splits_at_words: bool
-    # BERT's normaliser too: an ASCII text's token starts come from its words' (cached;
+    # BERT's normaliser too: a text's token starts and ids come from its pieces' (cached;
     # `token_starts`). None: every text is tokenised whole.
-    starts_in_word: WordStarts | None
+    pieces: WordTokens | None
+    # The ids `encode` puts around a text's own ([CLS] and [SEP]; two where `pieces`).
+    edges: list[int]
 
 
 class LocalEmbedder:
@@ -243,10 +245,10 @@ class LocalEmbedder:
         rt = self._load()
         # One tokenisation serves the model and `count_tokens` (ingest counts every chunk it
         # embeds): encode in full, remember the counts, then cut to the model's window.
-        full = [e.ids for e in rt.tokenizer.encode_batch_fast(list(texts))]
+        full = self._ids(rt, texts)
         self._counts.put(texts, [len(ids) - 2 for ids in full])  # without [CLS] and [SEP]
-        token_ids = [_truncated(ids) for ids in full]
-        lengths = [len(ids) for ids in token_ids]
+        window = [_truncated(ids) for ids in full]
+        lengths = [len(ids) for ids in window]
         order = sorted(range(len(texts)), key=lengths.__getitem__)
         out = np.empty((len(texts), self.dimension), dtype=np.float32)
         runs = self._runs(order, lengths)
@@ -256,7 +258,7 @@ class LocalEmbedder:
             ids = np.zeros((len(rows), lengths[rows[-1]]), dtype=np.int64)
             mask = np.zeros_like(ids)
             for i, r in enumerate(rows):
-                ids[i, : lengths[r]] = token_ids[r]
+                ids[i, : lengths[r]] = window[r]
                 mask[i, : lengths[r]] = 1
             try:
                 (vectors,) = session.run(["embeddings"], {"input_ids": ids, "attention_mask": mask})
@@ -277,6 +279,17 @@ class LocalEmbedder:
             for _ in done:
                 pass
         return out
+
+    @staticmethod
+    def _ids(rt: _Runtime, texts: Sequence[str]) -> list[list[int]]:
+        """Each text's ids with [CLS] and [SEP], untruncated: from its pieces' kept tokens
+        (`token_starts`; the chunker's counting already tokenised an ingested chunk's words),
+        else from the tokenizer (the same ids: `test_token_starts`)."""
+        if rt.pieces is None:
+            # The `_fast` encoders skip the character offsets nothing here reads.
+            return [e.ids for e in rt.tokenizer.encode_batch_fast(list(texts))]
+        first, last = rt.edges
+        return [[first, *token_ids(text, rt.pieces), last] for text in texts]
 
     def _side_session(self) -> Any:
         """The session the runs in flight use: the cores shared out between them, opened on
@@ -358,9 +371,9 @@ class LocalEmbedder:
             return [self.count_tokens(text[start:end]) for start, end in spans]
         starts = self._spans.get(text)
         if starts is None:
-            if rt.starts_in_word is not None:
-                starts = token_starts(text, rt.starts_in_word)
-            if starts is None:
+            if rt.pieces is not None:
+                starts = token_starts(text, rt.pieces)
+            else:
                 offsets = rt.tokenizer.encode(text, add_special_tokens=False).offsets
                 starts = [start for start, _ in offsets]
             self._spans.put(text, starts)
@@ -389,10 +402,17 @@ class LocalEmbedder:
                 splits_at_words = isinstance(tokenizer.pre_tokenizer, BertPreTokenizer) and (
                     isinstance(tokenizer.model, WordPiece)
                 )
-                starts_in_word = None
-                if splits_at_words and isinstance(tokenizer.normalizer, BertNormalizer):
-                    starts_in_word = word_starts(partial(_starts_in_word, tokenizer))
-                self._runtime = _Runtime(session, tokenizer, splits_at_words, starts_in_word)
+                pieces = None
+                # [CLS] and [SEP]: pieces' ids go between them (a tuned model's other
+                # tokenizer, or other special tokens: every text tokenised whole).
+                edges = tokenizer.encode("").ids
+                if (
+                    splits_at_words
+                    and isinstance(tokenizer.normalizer, BertNormalizer)
+                    and len(edges) == 2
+                ):
+                    pieces = WordTokens(partial(_piece_tokens, tokenizer))
+                self._runtime = _Runtime(session, tokenizer, splits_at_words, pieces, edges)
             return self._runtime
 
     def _read_tokenizer(self) -> Tokenizer:
@@ -513,15 +533,20 @@ class _LastText(threading.local):
         self.text, self.starts = text, starts
 
 
-def _starts_in_word(tokenizer: Tokenizer, word: str) -> tuple[int, ...]:
-    """Where each token of one word (a `token_starts` word: plain ASCII) starts in it.
+def _piece_tokens(tokenizer: Tokenizer, piece: str) -> PieceTokens:
+    """Where each token of one piece of a text (`token_starts`) starts in it, and its id.
 
-    The pre-tokenizer has nothing to cut in it and the normaliser keeps its length (lower
-    case), so its normal form goes to WordPiece directly: half the CPU of `encode`, which a
-    cold cache pays for every new word.
+    A word of plain ASCII letters and digits, or one ASCII punctuation character: the
+    pre-tokenizer has nothing to cut in it and the normaliser keeps its length (lower case),
+    so its normal form goes to WordPiece directly, half the CPU of `encode`, which a cold
+    cache pays for every new word. Any other piece goes to the whole tokenizer.
     """
-    normal = tokenizer.normalizer.normalize_str(word) if tokenizer.normalizer else word
-    return tuple(token.offsets[0] for token in tokenizer.model.tokenize(normal))
+    if piece.isascii() and (piece.isalnum() or (len(piece) == 1 and piece.isprintable())):
+        normal = tokenizer.normalizer.normalize_str(piece) if tokenizer.normalizer else piece
+        tokens = tokenizer.model.tokenize(normal)
+        return tuple(t.offsets[0] for t in tokens), tuple(t.id for t in tokens)
+    encoding = tokenizer.encode(piece, add_special_tokens=False)
+    return tuple(start for start, _ in encoding.offsets), tuple(encoding.ids)
 
 
 def _truncated(ids: list[int]) -> list[int]:

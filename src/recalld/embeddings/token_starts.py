@@ -1,15 +1,19 @@
-"""Where each token of an ASCII text starts, from its words' tokenisations, each kept.
+"""A text's tokens (where each starts, and its id) from its pieces' tokenisations, each kept.
 
 `LocalEmbedder.count_spans` counts a span's tokens as the text's tokens that start inside it,
-so the chunker tokenises each block once. That tokenisation was still ~1.1 of the ~5 CPU
-seconds an ingest of 1,000 SciFact abstracts spent outside the model, on text the model
-tokenises again. Behind BERT's normaliser and pre-tokenizer, WordPiece sees one word at a time
-(no token crosses whitespace or punctuation), and in ASCII text the normaliser maps each
-character to one character (it lowercases; only control characters would go, and texts with
-them are left to the tokenizer). So an ASCII text's tokens are its words' tokens, each word
-tokenised alone, and words repeat: their relative token starts are kept (a bounded cache), and
-a text costs a regular-expression scan. Texts with any other character go to the tokenizer
-whole (None).
+and `LocalEmbedder.embed` feeds the model the text's ids. Behind BERT's normaliser and
+pre-tokenizer, no token crosses ASCII whitespace or ASCII punctuation: the normaliser maps
+each of those characters to itself (whitespace to a space), never removes or merges them, and
+the pre-tokenizer splits at every one. So a text's tokens are those of its pieces, each
+tokenised alone: runs of any other characters, and single ASCII punctuation characters. Pieces
+repeat (words), so their tokens are kept (a bounded cache) and a text costs a
+regular-expression scan; a piece of plain ASCII letters and digits goes to WordPiece directly
+(lowercased), any other piece (accents, other scripts, control characters) to the whole
+tokenizer, which normalises it as it would inside the text.
+
+On the 2,699 chunks of 1,000 SciFact abstracts, the scan took ~0.2 CPU s where the tokenizer's
+`encode_batch_fast` took 0.65-1.1 (its thread pool spinning beside the model's runs), and the
+chunker's non-ASCII blocks (a quarter of them) no longer go to the tokenizer whole.
 """
 
 from __future__ import annotations
@@ -18,34 +22,51 @@ import re
 from collections.abc import Callable
 from functools import lru_cache
 
-# A word as BERT's pre-tokenizer cuts ASCII: a run of letters and digits, or one punctuation
-# character (every printable ASCII character that is neither is punctuation to it).
-_WORD = re.compile(r"[A-Za-z0-9]+|[!-/:-@\[-`{-~]")
-# Anything but printable ASCII, tab, newline and carriage return: the normaliser may drop,
-# merge or expand it, so the text goes to the tokenizer whole.
-_NOT_PLAIN = re.compile(r"[^\t\n\r -~]")
-# Distinct words kept (a word and its starts: ~200 bytes, so ~13 MB at most).
-MAX_WORDS = 65_536
+# A piece: a run of characters that are neither ASCII whitespace (tab, newline, carriage
+# return, space) nor ASCII punctuation, or one ASCII punctuation character (every printable
+# ASCII character that is not a letter or digit is punctuation to BERT's pre-tokenizer).
+_PIECE = re.compile(r"[^\t\n\r !-/:-@\[-`{-~]+|[!-/:-@\[-`{-~]")
+# Distinct pieces kept (a piece and its tokens: ~300 bytes, so ~20 MB at most).
+MAX_PIECES = 65_536
+# Longer pieces (a run of another script without spaces, a base64 blob) are tokenised each
+# time, not kept: the cache stays small whatever the text.
+MAX_KEPT_CHARS = 64
 
-WordStarts = Callable[[str], tuple[int, ...]]
-
-
-def word_starts(tokenize: WordStarts, max_words: int = MAX_WORDS) -> WordStarts:
-    """`tokenize` (a word -> where each of its tokens starts in it) with its answers kept."""
-    return lru_cache(maxsize=max_words)(tokenize)
+# A piece's tokens: where each starts in the piece, and each one's id.
+PieceTokens = tuple[tuple[int, ...], tuple[int, ...]]
+Tokenize = Callable[[str], PieceTokens]
 
 
-def token_starts(text: str, starts_in_word: WordStarts) -> list[int] | None:
-    """Where each token of `text` starts, from `starts_in_word` for each of its words; None
-    when `text` is not plain ASCII (tokenise it whole)."""
-    if _NOT_PLAIN.search(text):
-        return None
+class WordTokens:
+    """`tokenize` (a piece -> its tokens' starts and ids) with its answers for short pieces
+    kept."""
+
+    def __init__(self, tokenize: Tokenize, max_pieces: int = MAX_PIECES) -> None:
+        self._tokenize = tokenize
+        self._kept = lru_cache(maxsize=max_pieces)(tokenize)
+
+    def __call__(self, piece: str) -> PieceTokens:
+        if len(piece) > MAX_KEPT_CHARS:
+            return self._tokenize(piece)
+        return self._kept(piece)
+
+
+def token_starts(text: str, tokens_of: WordTokens) -> list[int]:
+    """Where each token of `text` starts, from `tokens_of` for each of its pieces."""
     starts: list[int] = []
-    for match in _WORD.finditer(text):
+    for match in _PIECE.finditer(text):
+        found = tokens_of(match.group())[0]
         at = match.start()
-        found = starts_in_word(match.group())
         if len(found) == 1:  # most words are one token
             starts.append(at + found[0])
         else:
             starts.extend([at + offset for offset in found])
     return starts
+
+
+def token_ids(text: str, tokens_of: WordTokens) -> list[int]:
+    """The ids of the tokens of `text` (no special tokens), from `tokens_of` for each piece."""
+    ids: list[int] = []
+    for piece in _PIECE.findall(text):
+        ids.extend(tokens_of(piece)[1])
+    return ids
