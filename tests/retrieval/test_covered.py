@@ -49,12 +49,12 @@ def _covered_by_finer_above(hits: list[Hit]) -> list[int]:
 
 
 async def test_a_hit_whose_turns_finer_hits_above_hold_leaves(memory: AsyncMemory):
-    plain = await memory.searcher.search(QUERY, gate=False, limit=50)  # off by default
+    plain = await memory.searcher.search(QUERY, gate=False, limit=50, drop_covered=False)
     repeated = _covered_by_finer_above(plain.hits)
     assert repeated, "a round ranks below one of its own facts"
     assert "covered" not in plain.explain
 
-    dropped = await memory.searcher.search(QUERY, gate=False, limit=50, drop_covered=True)
+    dropped = await memory.searcher.search(QUERY, gate=False, limit=50)  # on by default
     assert _covered_by_finer_above(dropped.hits) == []
     # Nothing else changes: the other hits keep their order and scores.
     others = [h for h in plain.hits if h.chunk.id not in repeated]
@@ -64,7 +64,7 @@ async def test_a_hit_whose_turns_finer_hits_above_hold_leaves(memory: AsyncMemor
 
 
 async def test_only_finer_hits_of_the_same_log_cover(memory: AsyncMemory):
-    found = await memory.searcher.search(QUERY, gate=False, limit=50)
+    found = await memory.searcher.search(QUERY, gate=False, limit=50, drop_covered=False)
     chunks = {h.chunk.id: h.chunk for h in found.hits}
     by = {(c.document_id, c.granularity): [] for c in chunks.values()}
     for c in chunks.values():
