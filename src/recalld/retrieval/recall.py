@@ -86,8 +86,9 @@ class Recalled:
         vector_keyword: The keyword score of each vector hit that matches the query (score
             completion's lookup, made while the keyword route still runs); None when score
             completion is off.
-        keyword_vectors: The stored vectors of the keyword hits (score completion's lookup,
-            made while the query is embedded); None when score completion is off.
+        keyword_vectors: The stored vectors of the keyword hits, or of those the vector
+            route did not return when both routes came from one read (score completion's
+            lookup); None when score completion is off.
     """
 
     vec_hits: list[tuple[int, float]]

@@ -67,8 +67,9 @@ class BothRoutes:
     Attributes:
         vector: The vector route's hits, as `knn` gives them.
         keyword: The keyword route's answer, as `keyword_search` gives it.
-        keyword_vectors: The stored vectors of the keyword hits, as `vectors_by_id` gives
-            them (None: not asked for, or `keyword` is None).
+        keyword_vectors: The stored vectors of the keyword hits that `vector` does not hold
+            (of all of them when `vector` is None), as `vectors_by_id` gives them (None: not
+            asked for, or `keyword` is None).
         vector_ms: How long the vector route took (0 when it is None).
         keyword_ms: How long the keyword route took, its vectors included (0 when None).
     """
@@ -129,9 +130,10 @@ class Reader(Protocol):
         keyword_vectors: bool,
     ) -> BothRoutes:
         """`knn(vector, k, filters)` and `keyword_search(terms, k, filters, depth)` together,
-        and the stored vectors of the keyword hits when `keyword_vectors`, where the backend
-        answers them faster together than apart (`Store.routes_together`); each route it
-        cannot answer so is None."""
+        and the stored vectors of the keyword hits the vector hits do not hold when
+        `keyword_vectors` (score completion's), where the backend answers them faster
+        together than apart (`Store.routes_together`); each route it cannot answer so is
+        None."""
         ...
 
     async def keyword_scores(self, expression: str, ids: Sequence[int]) -> dict[int, float]:

@@ -132,12 +132,12 @@ class SqliteReader(contract.Reader):
                 keyword_vectors=keyword_vectors,
             ),
         )
-        hits = found.vector
+        hits, stored = found.vector, found.keyword_vectors
         if hits is not None and self.vectors.note_changes(found.changes):
-            hits = None  # another process wrote vectors: `knn` answers from the reloaded mirror
-        return BothRoutes(
-            hits, found.keyword, found.keyword_vectors, found.vector_ms, found.keyword_ms
-        )
+            # Another process wrote vectors: `knn` answers from the reloaded mirror, and the
+            # keyword hits' vectors are read apart (these left out the stale vector hits).
+            hits = stored = None
+        return BothRoutes(hits, found.keyword, stored, found.vector_ms, found.keyword_ms)
 
     async def keyword_scores(self, expression: str, ids: Sequence[int]) -> dict[int, float]:
         found = None
