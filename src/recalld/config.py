@@ -238,6 +238,9 @@ class SearchSettings:
     # opens the round after its question's. On: it won on LoCoMo dev at round and at all
     # granularity, Recall@5 and every word budget, and documents have no rounds (README).
     neighbour_support: float = 0.5
+    # ... and a chunk without temporal links whose parent has them (a fact and its round)
+    # takes its parent's place in time, so facts are lifted by their neighbours too.
+    neighbour_through_parent: bool = False
     # Facts match for their unit (issue 14, retrieval/completion.py): when a search's filter
     # leaves facts out, a candidate's similarity is the higher of its own and its best fact's
     # (score completion must be on). On: it won on LoCoMo dev at round granularity at Recall@5

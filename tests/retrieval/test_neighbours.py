@@ -103,3 +103,54 @@ async def test_links_read_with_the_candidates_lift_as_links_read_apart(
     assert any("neighbours" in e for _, _, e in together)
     monkeypatch.setattr(neighbours.NeighbourSupport, "reads_links", lambda self, query: False)
     assert await lifted() == together  # the stage reads them itself
+
+
+def test_a_fact_takes_its_rounds_place_in_time():
+    # Rounds 10 - 11 - 12 in time order (12 not a candidate); facts 20 (of 10) and 21 (of 11);
+    # 30 is a session (parent of the rounds, no temporal link of its own).
+    links = [
+        (10, 11, "temporal", 1.0),
+        (11, 12, "temporal", 1.0),
+        (20, 10, "parent", 1.0),
+        (21, 11, "parent", 1.0),
+        (10, 30, "parent", 1.0),
+        (11, 30, "parent", 1.0),
+    ]
+    order = [20, 30, 11, 21]
+    assert neighbours.places(links, order) == {20: 10, 11: 11, 21: 11}
+    scores = {20: 1.0, 30: 0.8, 11: 0.2, 21: 0.4}
+    place = neighbours.places(links, order)
+    ranked, new, lifts = neighbours.pull_by_place(order, scores, links, place, weight=0.5)
+    # Place 10's best (fact 20) lifts both candidates at the adjacent place 11, the round
+    # and its fact, half way; nothing lifts place 10, and the session has no place.
+    assert new[21] == pytest.approx(0.7) and lifts[21] == neighbours.Lift(20, pytest.approx(0.3))
+    assert new[11] == pytest.approx(0.6) and lifts[11].neighbour == 20
+    assert new[20] == 1.0 and new[30] == 0.8 and set(lifts) == {11, 21}
+    assert ranked == [20, 30, 21, 11]
+    # Rounds alone: the places are the rounds, and the pull is the rounds' own.
+    rounds = [11, 10]
+    alone = neighbours.pull_by_place(
+        rounds, scores | {10: 0.9}, links, neighbours.places(links, rounds), 0.5
+    )
+    assert alone == neighbours.pull(
+        rounds, scores | {10: 0.9}, neighbours.adjacency(links, rounds), 0.5
+    )
+
+
+async def test_the_answers_fact_comes_back_through_its_round(memory: AsyncMemory):
+    def position(hits: list, words: str) -> int:
+        return next(
+            i for i, h in enumerate(hits) if h.chunk.granularity == "fact" and words in h.chunk.text
+        )
+
+    plain = (await memory.searcher.search(QUERY, gate=False, limit=50)).hits
+    assert "neighbours" not in plain[position(plain, "violin")].explain  # off by default
+
+    through = (
+        await memory.searcher.search(QUERY, gate=False, limit=50, neighbour_through_parent=True)
+    ).hits
+    answer = through[position(through, "violin")]
+    question_round = next(h for h in through if "Which instrument" in h.chunk.text)
+    assert answer.explain["neighbours"]["neighbour"] == question_round.chunk.id
+    assert position(through, "violin") < position(plain, "violin")
+    assert answer.score <= question_round.score

@@ -14,6 +14,13 @@ round whose neighbours score lower keeps its score, and the result does not depe
 scale or offset of the scores. Only candidates support each other: nothing is added, and
 chunks without temporal links (documents, memories, facts, windows) keep their score. Each
 lifted round's `explain` says which neighbour lifted it and by how much.
+
+With `search.neighbour_through_parent`, a chunk without temporal links of its own whose
+parent has them (a fact, or a window, and its round) takes its parent's place in time: the
+candidates at one place (a round and its facts) support, and are supported by, the candidates
+at the adjacent places by the best score among them. A fact drawn from the answer's round is
+then lifted by its question's round or facts, as the answer's round is. Nothing changes where
+no candidate has such a parent (rounds only; documents and memories have no temporal links).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from recalld.retrieval.pipeline import Candidates, Query, Stage
 from recalld.storage.records import Link
 
 TEMPORAL = "temporal"
+PARENT = "parent"  # child -> parent
 ROUND = "round"
 
 
@@ -50,6 +58,50 @@ def adjacency(links: Iterable[Link], candidates: Iterable[int]) -> dict[int, set
             out.setdefault(src, set()).add(dst)
             out.setdefault(dst, set()).add(src)
     return out
+
+
+def places(links: Iterable[Link], candidates: Iterable[int]) -> dict[int, int]:
+    """Each candidate's place in time: itself when it has a temporal link, else its parent
+    when that has one (`links` must hold the links touching the candidates and their
+    parents); candidates with neither have no place."""
+    timed: set[int] = set()
+    parent: dict[int, int] = {}
+    for src, dst, relation, _ in links:
+        if relation == TEMPORAL and src != dst:
+            timed.update((src, dst))
+        elif relation == PARENT:
+            parent[src] = dst
+    out: dict[int, int] = {}
+    for cid in candidates:
+        if cid in timed:
+            out[cid] = cid
+        elif parent.get(cid) in timed:
+            out[cid] = parent[cid]
+    return out
+
+
+def pull_by_place(
+    order: list[int],
+    scores: Mapping[int, float],
+    links: Iterable[Link],
+    place: Mapping[int, int],
+    weight: float,
+) -> tuple[list[int], dict[int, float], dict[int, Lift]]:
+    """`pull`, with each candidate at its place (`places`) and each place scored by its best
+    candidate: a candidate is pulled toward the best candidate at a place adjacent to its own.
+
+    Every lift is computed from the scores before any lift; ties go to the lower id.
+    """
+    best: dict[int, int] = {}  # place -> its best candidate
+    for cid in order:
+        at = place.get(cid)
+        if at is not None and (
+            at not in best or (-scores[cid], cid) < (-scores[best[at]], best[at])
+        ):
+            best[at] = cid
+    adjacent = adjacency(links, best)
+    around = {cid: {best[p] for p in adjacent.get(place[cid], ())} for cid in order if cid in place}
+    return pull(order, scores, around, weight)
 
 
 def pull(
@@ -95,15 +147,43 @@ class NeighbourSupport(Stage):
         return True  # read with the candidates: one read fewer
 
     async def run(self, query: Query, found: Candidates) -> None:
-        # The links are read only when a round is among the chunks read so far (the first
-        # `limit`): a search of documents or memories has no temporal links to follow.
-        if len(found.order) < 2 or not any(c.granularity == ROUND for c in found.chunks.values()):
+        # The links are read only when a round (or, through parents, a chunk with a parent)
+        # is among the chunks read so far (the first `limit`): a search of documents or
+        # memories has no temporal links to follow.
+        through = query.settings.neighbour_through_parent
+        if len(found.order) < 2 or not any(
+            c.granularity == ROUND or (through and c.parent_id is not None)
+            for c in found.chunks.values()
+        ):
             return
         order = found.order
-        links = await found.links_touching(order)
-        neighbours = adjacency(links, order)
-        if not neighbours:
-            return
         weight = query.settings.neighbour_support
-        found.order, found.scores, lifts = pull(order, found.scores, neighbours, weight)
+        links = await found.links_touching(order)
+        if through:
+            links = [*links, *await self._parents_links(found, links)]
+            place = places(links, order)
+            found.order, found.scores, lifts = pull_by_place(
+                order, found.scores, links, place, weight
+            )
+        else:
+            neighbours = adjacency(links, order)
+            if not neighbours:
+                return
+            found.order, found.scores, lifts = pull(order, found.scores, neighbours, weight)
         found.notes(self.name).update({c: lift.as_dict() for c, lift in lifts.items()})
+
+    @staticmethod
+    async def _parents_links(found: Candidates, links: list[Link]) -> list[Link]:
+        """The links of the parents of the candidates without temporal links of their own,
+        where those parents are not candidates (their temporal links place their children);
+        one more read, when there are any (none when every candidate is a round)."""
+        inside = set(found.order)
+        timed = {end for s, d, r, _ in links if r == TEMPORAL for end in (s, d)}
+        parents = {
+            d
+            for s, d, r, _ in links
+            if r == PARENT and s in inside and s not in timed and d not in inside
+        }
+        if not parents:
+            return []
+        return await found.links_touching(sorted(parents))
