@@ -81,19 +81,27 @@ def _texts() -> list[str]:
 
 
 def test_texts_start_their_tokens_where_the_tokenizer_does(tokenizer: Tokenizer) -> None:
-    tokens_of = WordTokens(partial(_piece_tokens, tokenizer))
+    tokens_of = WordTokens(partial(_piece_tokens, tokenizer, True))
     for text in _texts():
         assert token_starts(text, tokens_of) == _reference(tokenizer, text), repr(text)
 
 
 def test_texts_have_the_tokenizers_ids(tokenizer: Tokenizer) -> None:
-    tokens_of = WordTokens(partial(_piece_tokens, tokenizer))
+    tokens_of = WordTokens(partial(_piece_tokens, tokenizer, True))
     for text in _texts():
         assert token_ids(text, tokens_of) == _reference_ids(tokenizer, text), repr(text)
 
 
 def test_long_pieces_are_not_kept(tokenizer: Tokenizer) -> None:
-    tokens_of = WordTokens(partial(_piece_tokens, tokenizer), max_pieces=4)
+    tokens_of = WordTokens(partial(_piece_tokens, tokenizer, True), max_pieces=4)
     blob = "\u00e9" * 5000
     assert token_ids(blob, tokens_of) == _reference_ids(tokenizer, blob)
-    assert tokens_of._kept.cache_info().currsize == 0
+    assert not tokens_of.ids
+
+
+def test_kept_pieces_stay_bounded(tokenizer: Tokenizer) -> None:
+    tokens_of = WordTokens(partial(_piece_tokens, tokenizer, True), max_pieces=16)
+    for text in _texts()[:500]:
+        assert token_ids(text, tokens_of) == _reference_ids(tokenizer, text), repr(text)
+        assert token_starts(text, tokens_of) == _reference(tokenizer, text), repr(text)
+        assert len(tokens_of.ids) <= 16

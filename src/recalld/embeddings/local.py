@@ -406,12 +406,10 @@ class LocalEmbedder:
                 # [CLS] and [SEP]: pieces' ids go between them (a tuned model's other
                 # tokenizer, or other special tokens: every text tokenised whole).
                 edges = tokenizer.encode("").ids
-                if (
-                    splits_at_words
-                    and isinstance(tokenizer.normalizer, BertNormalizer)
-                    and len(edges) == 2
-                ):
-                    pieces = WordTokens(partial(_piece_tokens, tokenizer))
+                normalizer = tokenizer.normalizer
+                if splits_at_words and isinstance(normalizer, BertNormalizer) and len(edges) == 2:
+                    lowercase = bool(normalizer.lowercase)
+                    pieces = WordTokens(partial(_piece_tokens, tokenizer, lowercase))
                 self._runtime = _Runtime(session, tokenizer, splits_at_words, pieces, edges)
             return self._runtime
 
@@ -533,17 +531,16 @@ class _LastText(threading.local):
         self.text, self.starts = text, starts
 
 
-def _piece_tokens(tokenizer: Tokenizer, piece: str) -> PieceTokens:
+def _piece_tokens(tokenizer: Tokenizer, lowercase: bool, piece: str) -> PieceTokens:
     """Where each token of one piece of a text (`token_starts`) starts in it, and its id.
 
     A word of plain ASCII letters and digits, or one ASCII punctuation character: the
-    pre-tokenizer has nothing to cut in it and the normaliser keeps its length (lower case),
-    so its normal form goes to WordPiece directly, half the CPU of `encode`, which a cold
+    pre-tokenizer has nothing to cut in it and BERT's normaliser only lowercases it (when
+    `lowercase`), so it goes to WordPiece directly: ~2 us against `encode`'s ~19, which a cold
     cache pays for every new word. Any other piece goes to the whole tokenizer.
     """
     if piece.isascii() and (piece.isalnum() or (len(piece) == 1 and piece.isprintable())):
-        normal = tokenizer.normalizer.normalize_str(piece) if tokenizer.normalizer else piece
-        tokens = tokenizer.model.tokenize(normal)
+        tokens = tokenizer.model.tokenize(piece.lower() if lowercase else piece)
         return tuple(t.offsets[0] for t in tokens), tuple(t.id for t in tokens)
     encoding = tokenizer.encode(piece, add_special_tokens=False)
     return tuple(start for start, _ in encoding.offsets), tuple(encoding.ids)
