@@ -1,14 +1,16 @@
-"""What dropping covered turns costs an unfiltered conversation search (issue 14).
+"""What covered turns and neighbour support through parents cost an unfiltered conversation
+search (issue 14).
 
     python -m bench.covered_cost STORE_DIR ../shared/data/locomo/locomo_dev.json [N] [Q]
 
 Opens the first `N` (2) LoCoMo stores a `bench locomo --store-dir STORE_DIR` run kept, and
 searches each one's first `Q` (150) questions over every granularity, `limit` 10, with
-`search.drop_covered` off and on (the default). The two alternate per question, their order
-turning, over three passes after one warm-up search each (the query vector is cached, so the
-embedding is not timed), so a shared machine's load falls on both alike. Prints each setting's
-median search time, its median per-query ratio to off, and how many hits left a search on
-average (a search that drops some reads as many more candidates to keep `limit`).
+neither `search.drop_covered` nor `search.neighbour_through_parent`, with covered turns only,
+and with both (the defaults). The three alternate per question, their order turning, over
+three passes after one warm-up search each (the query vector is cached, so the embedding is
+not timed), so a shared machine's load falls on all alike. Prints each setting's median
+search time, its median per-query ratio to neither, and how many hits left a search on
+average with both (a search that drops some reads as many more candidates to keep `limit`).
 """
 
 from __future__ import annotations
@@ -25,7 +27,11 @@ from bench.common import bench_settings, load_model
 from recalld.api import AsyncMemory
 from recalld.embeddings.base import Embedder
 
-SETTINGS: dict[str, dict[str, Any]] = {"off": {"drop_covered": False}, "on (default)": {}}
+SETTINGS: dict[str, dict[str, Any]] = {
+    "neither": {"drop_covered": False, "neighbour_through_parent": False},
+    "covered turns": {"neighbour_through_parent": False},
+    "both (default)": {},
+}
 PASSES = 3
 LIMIT = 10
 
@@ -51,11 +57,11 @@ async def main(store_dir: Path, dataset: Path, stores: int = 2, questions: int =
                         started = time.perf_counter()
                         found = await searcher.search(query, limit=LIMIT, **SETTINGS[name])
                         times[name].append((time.perf_counter() - started) * 1000)
-                        if turn == 0 and "covered" in found.explain:
+                        if turn == 0 and not SETTINGS[name]:
                             dropped.append(int(found.explain["covered"]))
         finally:
             await memory.close()
-    base = times["off"]
+    base = times["neither"]
     for name, values in times.items():
         ratio = statistics.median(a / b for a, b in zip(values, base, strict=True))
         print(f"{name}: median {statistics.median(values):.2f} ms, {ratio:.3f}x per query")
