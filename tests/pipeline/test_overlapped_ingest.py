@@ -170,3 +170,36 @@ async def test_links_see_the_documents_before_them_in_the_same_call(store: Store
 
     a_chunks, [link] = await store.read(links)
     assert link["dst"] in a_chunks
+
+
+class _PreparedEmbedder(HashEmbedder):
+    """The hash embedder, counting the calls to what `LocalEmbedder` opens for batches."""
+
+    def __init__(self) -> None:
+        super().__init__(64)
+        self.prepared = 0
+
+    def prepare_batches(self) -> None:
+        self.prepared += 1
+
+
+async def test_a_call_of_several_files_prepares_the_embedders_batches_once(store: Store) -> None:
+    embedder = _PreparedEmbedder()
+    ingestor = Ingestor(store, embedder, ChunkSettings())
+    [one] = _items(1, 1)
+    await ingestor.ingest_many(one)
+    assert embedder.prepared == 0  # a lone file: left to its first batch, as before
+    for items in _items(3, 2):
+        await ingestor.ingest_many(items)
+    assert ingestor._preparing is not None
+    await ingestor._preparing
+    assert embedder.prepared == 1
+    # Another model (after a reindex) is prepared in its turn.
+    other = _PreparedEmbedder()
+    ingestor.use_model(other)
+    await ingestor.ingest_many(
+        [(f"/notes/x{i}.md", f"x{i}.md", b"More otters.\n", None, None) for i in range(2)]
+    )
+    assert ingestor._preparing is not None
+    await ingestor._preparing
+    assert other.prepared == 1

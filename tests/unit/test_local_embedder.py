@@ -477,3 +477,17 @@ def test_embed_feeds_the_model_the_tokenizers_ids(int8: LocalEmbedder) -> None:
     whole = LocalEmbedder._ids(dataclasses.replace(runtime, pieces=None), texts)
     assert whole == [e.ids for e in runtime.tokenizer.encode_batch_fast(texts)]
     assert LocalEmbedder._ids(runtime, texts) == whole
+
+
+def test_batches_can_be_prepared_before_the_first_one(int8: LocalEmbedder) -> None:
+    # An ingest opens the side session and the run threads while it reads its first files.
+    embedder = LocalEmbedder(cache_dir=int8.cache_dir, intra_op_num_threads=2)
+    embedder.prepare_batches()
+    assert embedder._side is not None
+    assert embedder._pool is not None
+    side, pool = embedder._side, embedder._pool
+    alone = np.stack([embedder.embed([text])[0] for text in SENTENCES])
+    np.testing.assert_array_equal(embedder.embed(SENTENCES), alone)
+    assert (embedder._side, embedder._pool) == (side, pool)  # the batch used them
+    embedder.close()
+    assert embedder._side is None

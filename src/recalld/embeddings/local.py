@@ -204,6 +204,9 @@ class LocalEmbedder:
         self.runs_in_flight = max(1, runs_in_flight)
         self.run_threads = run_threads or max(1, self.threads // self.runs_in_flight)
         self._lock = threading.Lock()
+        # The side session's own: opening it (~0.35 s) must not hold up `_load`'s callers (an
+        # ingest's chunker counts tokens meanwhile, `prepare_batches`).
+        self._side_lock = threading.Lock()
         self._runtime: _Runtime | None = None
         self._counts = RecentCounts()
         self._spans = _LastText()
@@ -304,10 +307,20 @@ class LocalEmbedder:
         """
         if self.run_threads == self.threads:
             return self._load().session
-        with self._lock:
+        with self._side_lock:
             if self._side is None:
                 self._side = self._open_session(self.run_threads)
             return self._side
+
+    def prepare_batches(self) -> None:
+        """Open now what embedding several texts at once uses (the side session and the pool
+        of run threads), which the first such call would open (~0.35 s on this machine, the model
+        idle meanwhile): an ingest calls it as it starts reading and chunking its files."""
+        self._load()
+        if self.batch_size > 1 or self.runs_in_flight < 2:
+            return
+        self._side_session()
+        self._run_pool()
 
     def _run_pool(self) -> ThreadPoolExecutor:
         """The `runs_in_flight` threads that run texts side by side, started once and kept:
@@ -323,7 +336,9 @@ class LocalEmbedder:
         """Stop the threads that run texts side by side and drop their session (a later `embed`
         starts them again)."""
         with self._lock:
-            pool, self._pool, self._side = self._pool, None, None
+            pool, self._pool = self._pool, None
+        with self._side_lock:
+            self._side = None
         if pool is not None:
             pool.shutdown(wait=True)
 
