@@ -133,7 +133,8 @@ def pull(
 
 
 class NeighbourSupport(Stage):
-    """`search.neighbour_support`: rounds pulled up toward their best adjacent round."""
+    """`search.neighbour_support`: rounds pulled up toward their best adjacent round (and,
+    with `search.neighbour_through_parent`, facts and windows with their round)."""
 
     name = "neighbours"
 
