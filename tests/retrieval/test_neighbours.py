@@ -12,6 +12,7 @@ from recalld.types import Filters
 from tests.helpers.conversations import ana_and_ben_sessions, memory_with
 
 ROUNDS = Filters(granularities=("round",))
+FACTS = Filters(granularities=("fact",))
 QUERY = "which instrument is Ana learning"
 
 
@@ -154,3 +155,33 @@ async def test_the_answers_fact_comes_back_through_its_round(memory: AsyncMemory
     assert answer.explain["neighbours"]["neighbour"] == question_round.chunk.id
     assert position(through, "violin") < position(plain, "violin")
     assert answer.score <= question_round.score
+
+
+async def test_the_parents_links_come_with_the_candidates(
+    memory: AsyncMemory, monkeypatch: pytest.MonkeyPatch
+):
+    async def lifted() -> list[tuple[int, float, dict]]:
+        found = await memory.searcher.search(QUERY, filters=FACTS, gate=False)
+        return [(h.chunk.id, h.score, h.explain) for h in found.hits]
+
+    # Facts alone: their rounds are not candidates, and their links place the facts in time.
+    # Every link the stage follows comes with the first load: no read of links after it.
+    async def reader_class(conn: object) -> type:
+        return type(conn)
+
+    reader = await memory.store.read(reader_class)
+    reads: list[list[int]] = []
+    touching = reader.links_touching
+
+    async def counted(self, chunk_ids):  # a count of the real read, which it still makes
+        reads.append(list(chunk_ids))
+        return await touching(self, chunk_ids)
+
+    monkeypatch.setattr(reader, "links_touching", counted)
+    together = await lifted()
+    assert any("neighbours" in e for _, _, e in together) and reads == []
+    # Read apart (the stage's own reads), the lifts are the same.
+    monkeypatch.setattr(
+        neighbours.NeighbourSupport, "reads_parents_links", lambda self, query: False
+    )
+    assert await lifted() == together and reads

@@ -82,6 +82,38 @@ async def test_chunks_statuses_and_links_read_together_what_each_read_gives(stor
     assert await store.read(lambda c: c.chunks_statuses_and_links([], [], [])) == ({}, {}, [])
 
 
+async def test_the_links_of_untimed_candidates_parents_come_with_theirs(store: Store) -> None:
+    # Rounds r1 - r2 - r3 in time, under session s; fact f of r2, fact g of r1.
+    await put(store, "a", ["r1", "r2", "r3", "s", "f", "g"])
+    r1, r2, r3, s, f, g = await ids_of(store, "a")
+    await store.write(
+        lambda c: c.add_links(
+            [(r1, r2, "temporal", 1.0), (r2, r3, "temporal", 1.0)]
+            + [(r, s, "parent", 1.0) for r in (r1, r2, r3)]
+            + [(f, r2, "parent", 1.0), (g, r1, "parent", 1.0)]
+        )
+    )
+
+    async def read(ids: list[int]) -> list[tuple[int, int, str, float]]:
+        _, _, links = await store.read(
+            lambda c: c.chunks_statuses_and_links([], ids, ids, through_parents=True)
+        )
+        assert len(links) == len(set(links))  # each once
+        return links
+
+    # Fact f (no temporal link) brings its round's links, not the session's (the rounds'
+    # parent: they are placed by their own temporal links); g's round r1 is a candidate.
+    both = await read([f, g, r1, r3])
+    apart = await store.read(lambda c: c.links_touching([f, g, r1, r3, r2]))
+    assert sorted(both) == sorted(apart)
+    assert records.untimed_parents(both, [f, g, r1, r3]) == [r2]
+    # Rounds alone, or no links at all: what links_touching gives.
+    for ids in ([r1, r3], [s]):
+        assert sorted(await read(ids)) == sorted(
+            await store.read(lambda c, ids=ids: c.links_touching(ids))
+        )
+
+
 async def test_deleting_the_newer_chunk_reactivates_the_older(store: Store) -> None:
     await put(store, "old", ["Ana lives in Porto"])
     await put(store, "new", ["Ana moved to Lisbon"])

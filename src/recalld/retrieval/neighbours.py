@@ -147,6 +147,9 @@ class NeighbourSupport(Stage):
     def reads_links(self, query: Query) -> bool:
         return True  # read with the candidates: one read fewer
 
+    def reads_parents_links(self, query: Query) -> bool:
+        return query.settings.neighbour_through_parent  # with them: no read of their own
+
     async def run(self, query: Query, found: Candidates) -> None:
         # The links are read only when a round (or, through parents, a chunk with a parent)
         # is among the chunks read so far (the first `limit`): a search of documents or
@@ -159,32 +162,15 @@ class NeighbourSupport(Stage):
             return
         order = found.order
         weight = query.settings.neighbour_support
-        links = await found.links_touching(order)
         if through:
-            links = [*links, *await self._parents_links(found, links)]
+            links = await found.links_through_parents(order)
             place = places(links, order)
             found.order, found.scores, lifts = pull_by_place(
                 order, found.scores, links, place, weight
             )
         else:
-            neighbours = adjacency(links, order)
+            neighbours = adjacency(await found.links_touching(order), order)
             if not neighbours:
                 return
             found.order, found.scores, lifts = pull(order, found.scores, neighbours, weight)
         found.notes(self.name).update({c: lift.as_dict() for c, lift in lifts.items()})
-
-    @staticmethod
-    async def _parents_links(found: Candidates, links: list[Link]) -> list[Link]:
-        """The links of the parents of the candidates without temporal links of their own,
-        where those parents are not candidates (their temporal links place their children);
-        one more read, when there are any (none when every candidate is a round)."""
-        inside = set(found.order)
-        timed = {end for s, d, r, _ in links if r == TEMPORAL for end in (s, d)}
-        parents = {
-            d
-            for s, d, r, _ in links
-            if r == PARENT and s in inside and s not in timed and d not in inside
-        }
-        if not parents:
-            return []
-        return await found.links_touching(sorted(parents))

@@ -22,7 +22,7 @@ import numpy.typing as npt
 from recalld.config import SearchSettings
 from recalld.retrieval.timeparse import TimeIntent
 from recalld.storage.contract import Store
-from recalld.storage.records import Link
+from recalld.storage.records import Link, untimed_parents
 from recalld.types import Chunk, Filters, Tier
 
 
@@ -101,8 +101,9 @@ class Candidates:
     summary: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     _notes: dict[str, dict[int, Any]] = field(default_factory=dict)
-    # The links touching some ids, read with the first load (`load_statuses`), and those ids.
-    _links: tuple[frozenset[int], list[Link]] | None = None
+    # The links touching some ids, read with the first load (`load_statuses`), those ids, and
+    # whether the links touching their untimed parents came too.
+    _links: tuple[frozenset[int], list[Link], bool] | None = None
 
     def notes(self, stage: str) -> dict[int, Any]:
         """The per-hit `explain` entries of one stage (`{chunk id: value}`), to write to."""
@@ -120,18 +121,19 @@ class Candidates:
             self.chunks.update(found)
             self._drop_gone(missing)
 
-    async def load_statuses(self, first: int, links: bool = False) -> None:
+    async def load_statuses(self, first: int, links: bool = False, parents: bool = False) -> None:
         """Load the chunks of the first `first` candidates and only the status of the others,
-        in one read, with the links touching every candidate when `links`; ids no longer
-        stored leave `order`."""
+        in one read, with the links touching every candidate when `links` (and, with
+        `parents`, those touching their untimed parents: `Stage.reads_parents_links`); ids no
+        longer stored leave `order`."""
         missing = [c for c in self.order[:first] if c not in self.chunks]
         rest = [c for c in self.order[first:] if c not in self.chunks]
         every = list(self.order) if links else []
         if every:
             found, statuses, touching = await self.store.read(
-                lambda c: c.chunks_statuses_and_links(missing, rest, every)
+                lambda c: c.chunks_statuses_and_links(missing, rest, every, parents)
             )
-            self._links = (frozenset(every), touching)
+            self._links = (frozenset(every), touching, parents)
             self.chunks.update(found)
             self.statuses.update(statuses)
             self._drop_gone([*missing, *(c for c in rest if c not in statuses)])
@@ -159,6 +161,16 @@ class Candidates:
             wanted = set(ids)
             return [link for link in self._links[1] if link[0] in wanted or link[1] in wanted]
         return await self.store.read(lambda c: c.links_touching(ids))
+
+    async def links_through_parents(self, ids: Sequence[int]) -> list[Link]:
+        """Every link touching `ids` or their `untimed_parents`: as the first load read them
+        when it read them for exactly `ids` (`Stage.reads_parents_links`), else read now (one
+        more read when there are such parents)."""
+        if self._links is not None and self._links[2] and self._links[0] == frozenset(ids):
+            return self._links[1]
+        links = await self.links_touching(ids)
+        parents = untimed_parents(links, ids)
+        return [*links, *await self.links_touching(parents)] if parents else links
 
     async def vectors(self, ids: Sequence[int]) -> dict[int, npt.NDArray[np.float32]]:
         """The stored vectors of `ids` (those that have one)."""
@@ -198,6 +210,12 @@ class Stage(ABC):
         them in the same read (`Candidates.links_touching`)."""
         return False
 
+    def reads_parents_links(self, query: Query) -> bool:
+        """Whether it also follows the links of the candidates' parents where the candidates
+        have no temporal link of their own (`records.untimed_parents`): then a first load
+        that reads the links reads theirs too."""
+        return False
+
 
 async def load_for(stages: Sequence[Stage], query: Query, found: Candidates) -> None:
     """The candidates' first load: every chunk when an enabled stage reads them all, else
@@ -208,7 +226,8 @@ async def load_for(stages: Sequence[Stage], query: Query, found: Candidates) -> 
         await found.load()
     else:
         links = any(stage.enabled(query) and stage.reads_links(query) for stage in stages)
-        await found.load_statuses(query.limit, links)
+        parents = any(stage.enabled(query) and stage.reads_parents_links(query) for stage in stages)
+        await found.load_statuses(query.limit, links, parents)
 
 
 async def run_stages(stages: Sequence[Stage], query: Query, found: Candidates) -> None:

@@ -197,11 +197,16 @@ class Reader(Protocol):
         ...
 
     async def chunks_statuses_and_links(
-        self, ids: Sequence[int], status_ids: Sequence[int], link_ids: Sequence[int]
+        self,
+        ids: Sequence[int],
+        status_ids: Sequence[int],
+        link_ids: Sequence[int],
+        through_parents: bool = False,
     ) -> tuple[dict[int, Chunk], dict[int, str], list[Link]]:
         """`chunks_and_statuses(ids, status_ids)` and `links_touching(link_ids)` in one read:
         a search's candidates when a stage follows their links (SQLite: one trip to the
-        reader's thread)."""
+        reader's thread). With `through_parents`, the links also hold, each once, every link
+        touching `records.untimed_parents` of `link_ids` (neighbour support through parents)."""
         ...
 
     async def vectors_by_id(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -333,6 +333,24 @@ LINK_STATUSES = ("active", "superseded", "contradicted")
 
 
 Link = tuple[int, int, str, float]
+
+
+def merged(links: list[Link], more: Iterable[Link]) -> list[Link]:
+    """`links`, then those of `more` not among them."""
+    seen = set(links)
+    return [*links, *(link for link in more if link not in seen)]
+
+
+def untimed_parents(links: Iterable[Link], ids: Iterable[int]) -> list[int]:
+    """The parents (`parent` links, child -> parent) of those of `ids` without a `temporal`
+    link of their own, not themselves in `ids`, sorted: the chunks whose temporal links give
+    those of `ids` a place in time (neighbour support through parents). `links` must hold
+    every link touching `ids`."""
+    inside = set(ids)
+    timed = {end for s, d, r, _ in links if r == "temporal" for end in (s, d)}
+    return sorted(
+        {d for s, d, r, _ in links if r == "parent" and s in inside and s not in timed} - inside
+    )
 
 
 def link_dict(row: Sequence[Any]) -> dict[str, Any]:

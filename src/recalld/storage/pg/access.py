@@ -115,10 +115,17 @@ class PgReader(contract.Reader):
         return await readers.chunks_and_statuses(self.conn, ids, status_ids)
 
     async def chunks_statuses_and_links(
-        self, ids: Sequence[int], status_ids: Sequence[int], link_ids: Sequence[int]
+        self,
+        ids: Sequence[int],
+        status_ids: Sequence[int],
+        link_ids: Sequence[int],
+        through_parents: bool = False,
     ) -> tuple[dict[int, Chunk], dict[int, str], list[Link]]:
         chunks, statuses = await self.chunks_and_statuses(ids, status_ids)
-        return chunks, statuses, await self.links_touching(link_ids)
+        links = await stored_links.touching(self.conn, link_ids)
+        if through_parents:
+            links = await stored_links.with_parents(self.conn, links, link_ids)
+        return chunks, statuses, links
 
     async def vectors_by_id(
         self, ids: Sequence[int], dimension: int

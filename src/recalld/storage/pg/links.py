@@ -12,7 +12,7 @@ from typing import Any
 
 from recalld.storage.pg.handle import PgConn
 from recalld.storage.pg.readers import filter_sql
-from recalld.storage.records import Link, link_dict
+from recalld.storage.records import Link, link_dict, merged, untimed_parents
 from recalld.types import Filters
 
 
@@ -89,6 +89,12 @@ async def touching(conn: PgConn, chunk_ids: Sequence[int]) -> list[Link]:
         [ids, ids],
     )
     return [(int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in rows]
+
+
+async def with_parents(conn: PgConn, links: list[Link], chunk_ids: Sequence[int]) -> list[Link]:
+    """`links` (every link touching `chunk_ids`) and, each once, every link touching their
+    `records.untimed_parents` (no statement when there are none: documents, rounds alone)."""
+    return merged(links, await touching(conn, untimed_parents(links, chunk_ids)))
 
 
 async def refresh_status(conn: PgConn, chunk_ids: Iterable[int]) -> None:

@@ -189,11 +189,18 @@ class SqliteReader(contract.Reader):
         return await readers.chunks_and_statuses(self.conn, ids, status_ids)
 
     async def chunks_statuses_and_links(
-        self, ids: Sequence[int], status_ids: Sequence[int], link_ids: Sequence[int]
+        self,
+        ids: Sequence[int],
+        status_ids: Sequence[int],
+        link_ids: Sequence[int],
+        through_parents: bool = False,
     ) -> tuple[dict[int, Chunk], dict[int, str], list[Link]]:
         def read(raw: RawConnection) -> tuple[dict[int, Chunk], dict[int, str], list[Link]]:
             chunks, statuses = readers.chunks_and_statuses_now(raw, ids, status_ids)
-            return chunks, statuses, stored_links.touching_now(raw, link_ids)
+            links = stored_links.touching_now(raw, link_ids)
+            if through_parents:
+                links = stored_links.with_parents_now(raw, links, link_ids)
+            return chunks, statuses, links
 
         return await on_thread(self.conn, read)
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import aiosqlite
 
-from recalld.storage.records import Link, link_dict
+from recalld.storage.records import Link, link_dict, merged, untimed_parents
 from recalld.storage.sqlite.on_thread import RawConnection, on_thread
 from recalld.storage.sqlite.readers import filter_sql
 from recalld.types import Filters
@@ -108,6 +108,13 @@ def touching_now(raw: RawConnection, chunk_ids: Sequence[int]) -> list[Link]:
         (ids, ids),
     )
     return [(int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in rows]
+
+
+def with_parents_now(raw: RawConnection, links: list[Link], chunk_ids: Sequence[int]) -> list[Link]:
+    """`links` (every link touching `chunk_ids`) and, each once, every link touching their
+    `records.untimed_parents`, in the calling thread: neighbour support through parents reads
+    them with its candidates (no statement when there are none: documents, rounds alone)."""
+    return merged(links, touching_now(raw, untimed_parents(links, chunk_ids)))
 
 
 async def refresh_status(conn: aiosqlite.Connection, chunk_ids: Iterable[int]) -> None:
