@@ -101,12 +101,18 @@ async def test_the_links_of_untimed_candidates_parents_come_with_theirs(store: S
         assert len(links) == len(set(links))  # each once
         return links
 
-    # Fact f (no temporal link) brings its round's links, not the session's (the rounds'
-    # parent: they are placed by their own temporal links); g's round r1 is a candidate.
-    both = await read([f, g, r1, r3])
-    apart = await store.read(lambda c: c.links_touching([f, g, r1, r3, r2]))
-    assert sorted(both) == sorted(apart)
-    assert records.untimed_parents(both, [f, g, r1, r3]) == [r2]
+    # Facts f and g (no temporal link) bring their rounds' temporal links, not the rounds'
+    # other links (their parent session's, which holds no place in time).
+    both = await read([f, g, r3])
+    own = await store.read(lambda c: c.links_touching([f, g, r3]))
+    parents = await store.read(lambda c: c.links_touching([r1, r2]))
+    assert sorted(both) == sorted({*own, *(link for link in parents if link[2] == "temporal")})
+    assert (r1, r2, "temporal", 1.0) in both and (r1, s, "parent", 1.0) not in both
+    assert records.untimed_parents(both, [f, g, r3]) == [r1, r2]
+    # A parent that is a candidate brings nothing more: its links are the candidates' own.
+    assert sorted(await read([f, g, r1, r2])) == sorted(
+        await store.read(lambda c: c.links_touching([f, g, r1, r2]))
+    )
     # Rounds alone, or no links at all: what links_touching gives.
     for ids in ([r1, r3], [s]):
         assert sorted(await read(ids)) == sorted(

@@ -124,8 +124,8 @@ class Candidates:
     async def load_statuses(self, first: int, links: bool = False, parents: bool = False) -> None:
         """Load the chunks of the first `first` candidates and only the status of the others,
         in one read, with the links touching every candidate when `links` (and, with
-        `parents`, those touching their untimed parents: `Stage.reads_parents_links`); ids no
-        longer stored leave `order`."""
+        `parents`, the temporal links of their untimed parents: `Stage.reads_parents_links`);
+        ids no longer stored leave `order`."""
         missing = [c for c in self.order[:first] if c not in self.chunks]
         rest = [c for c in self.order[first:] if c not in self.chunks]
         every = list(self.order) if links else []
@@ -163,9 +163,10 @@ class Candidates:
         return await self.store.read(lambda c: c.links_touching(ids))
 
     async def links_through_parents(self, ids: Sequence[int]) -> list[Link]:
-        """Every link touching `ids` or their `untimed_parents`: as the first load read them
-        when it read them for exactly `ids` (`Stage.reads_parents_links`), else read now (one
-        more read when there are such parents)."""
+        """Every link touching `ids` and (at least) every temporal link of their
+        `untimed_parents`: as the first load read them when it read them for exactly `ids`
+        (`Stage.reads_parents_links`), else read now (one more read when there are such
+        parents)."""
         if self._links is not None and self._links[2] and self._links[0] == frozenset(ids):
             return self._links[1]
         links = await self.links_touching(ids)

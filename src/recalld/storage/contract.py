@@ -205,8 +205,9 @@ class Reader(Protocol):
     ) -> tuple[dict[int, Chunk], dict[int, str], list[Link]]:
         """`chunks_and_statuses(ids, status_ids)` and `links_touching(link_ids)` in one read:
         a search's candidates when a stage follows their links (SQLite: one trip to the
-        reader's thread). With `through_parents`, the links also hold, each once, every link
-        touching `records.untimed_parents` of `link_ids` (neighbour support through parents)."""
+        reader's thread). With `through_parents`, the links also hold, each once, every
+        `temporal` link touching `records.untimed_parents` of `link_ids` (what neighbour
+        support through parents places those candidates by)."""
         ...
 
     async def vectors_by_id(

@@ -92,9 +92,19 @@ async def touching(conn: PgConn, chunk_ids: Sequence[int]) -> list[Link]:
 
 
 async def with_parents(conn: PgConn, links: list[Link], chunk_ids: Sequence[int]) -> list[Link]:
-    """`links` (every link touching `chunk_ids`) and, each once, every link touching their
-    `records.untimed_parents` (no statement when there are none: documents, rounds alone)."""
-    return merged(links, await touching(conn, untimed_parents(links, chunk_ids)))
+    """`links` (every link touching `chunk_ids`) and, each once, every `temporal` link touching
+    their `records.untimed_parents` (no statement when there are none: documents, rounds
+    alone)."""
+    parents = untimed_parents(links, chunk_ids)
+    if not parents:
+        return links
+    rows = await conn.fetch(
+        "SELECT src, dst, relation, weight FROM links WHERE src = ANY(%s) "
+        "AND relation = 'temporal' UNION SELECT src, dst, relation, weight FROM links "
+        "WHERE dst = ANY(%s) AND relation = 'temporal'",
+        [parents, parents],
+    )
+    return merged(links, [(int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in rows])
 
 
 async def refresh_status(conn: PgConn, chunk_ids: Iterable[int]) -> None:

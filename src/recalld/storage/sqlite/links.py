@@ -111,10 +111,22 @@ def touching_now(raw: RawConnection, chunk_ids: Sequence[int]) -> list[Link]:
 
 
 def with_parents_now(raw: RawConnection, links: list[Link], chunk_ids: Sequence[int]) -> list[Link]:
-    """`links` (every link touching `chunk_ids`) and, each once, every link touching their
-    `records.untimed_parents`, in the calling thread: neighbour support through parents reads
-    them with its candidates (no statement when there are none: documents, rounds alone)."""
-    return merged(links, touching_now(raw, untimed_parents(links, chunk_ids)))
+    """`links` (every link touching `chunk_ids`) and, each once, every `temporal` link touching
+    their `records.untimed_parents` (what places those chunks in time), in the calling thread:
+    neighbour support through parents reads them with its candidates (no statement when there
+    are none: documents, rounds alone)."""
+    parents = untimed_parents(links, chunk_ids)
+    if not parents:
+        return links
+    ids = json.dumps(parents)
+    rows = raw.execute(
+        "SELECT src, dst, relation, weight FROM links "
+        "WHERE src IN (SELECT value FROM json_each(?)) AND relation = 'temporal' "
+        "UNION SELECT src, dst, relation, weight FROM links "
+        "WHERE dst IN (SELECT value FROM json_each(?)) AND relation = 'temporal'",
+        (ids, ids),
+    )
+    return merged(links, [(int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in rows])
 
 
 async def refresh_status(conn: aiosqlite.Connection, chunk_ids: Iterable[int]) -> None:
