@@ -10,6 +10,7 @@ skipped; the recreated-folder test runs everywhere.
 
 from __future__ import annotations
 
+import errno
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from recalld.ingest.watcher import PathFilter, Watcher
 from tests.integration.conftest import Daemon
 
 pytestmark = pytest.mark.integration
@@ -90,9 +92,31 @@ def test_past_the_watch_limit_a_folder_is_polled_and_status_says_so(
         daemon.wait_for(lambda s: found(daemon, "ibexes") == {"deep.md", "near.md"}, timeout=30)
         assert daemon.stop() == 0
     finally:
+        daemon.client.close()
         if daemon.proc is not None:
             daemon.proc.kill()
             daemon.proc.wait()
+
+
+async def test_past_the_watch_limit_the_root_needing_most_watches_is_polled_first(
+    tmp_path: Path,
+) -> None:
+    # The error names where adding a watch failed: on a busy machine, a small root added beside
+    # a big one (the watcher before had not let go of its watches yet). Polling the small one
+    # would free nothing; the big one is polled, then the next if the limit is still reached.
+    small, big = tmp_path / "small", tmp_path / "big"
+    (small / "inner").mkdir(parents=True)
+    for i in range(30):
+        (big / f"d{i:02d}").mkdir(parents=True)
+    watcher = Watcher(lambda path, deleted: None, PathFilter())
+    watcher.roots = (small, big)
+    full = OSError(errno.ENOSPC, f'OS file watch limit reached. about ["{small / "inner"}"]')
+    assert await watcher._over_watch_limit(ValueError("not a limit")) is None
+    assert await watcher._over_watch_limit(full) == big
+    assert watcher.state()["polled"] == [str(big)]
+    assert await watcher._over_watch_limit(full) == small
+    assert watcher.state()["polled"] == [str(small), str(big)]
+    assert await watcher._over_watch_limit(full) is None  # nothing left on inotify
 
 
 def test_a_watched_folder_deleted_and_recreated_is_watched_again(

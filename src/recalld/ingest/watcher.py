@@ -83,6 +83,9 @@ RESTART_MAX_S = 30.0  # the longest wait before a failed watcher is started agai
 RESCAN_AFTER_S = 1.0  # time for a restarted watcher to set up before the folders are rescanned
 ROOT_CHECK_S = 2.0  # how often watched roots are checked for appearing, vanishing or replaced
 POLL_INTERVAL_MS = 3000  # polling of roots past the inotify watch limit
+# Folders counted per root when choosing which to poll past the watch limit: beyond this many a
+# root is simply huge (counting all of a home folder would take long for nothing).
+WATCH_COUNT_CAP = 65_536
 
 # What each source kind takes in; `auto` lets the chunkers pick by extension and shape.
 SOURCE_KINDS = ("auto", "documents", "code", "conversations")
@@ -251,13 +254,23 @@ Sink = Callable[[Path, bool], None]
 Identities = dict[Path, tuple[int, int] | None]  # each root's (device, inode); None: not a folder
 
 
+def _folders(root: Path, cap: int) -> int:
+    """How many folders `root` holds, itself included, counting up to `cap` (blocking)."""
+    count = 0
+    for _ in os.walk(root, onerror=lambda _: None):  # symlinked folders are not followed
+        count += 1
+        if count >= cap:
+            break
+    return count
+
+
 class Watcher:
     """`watchfiles.awatch` over every watched root, feeding `sink(path, deleted)`.
 
     - Roots are watched with inotify (or the platform's kind) while the system allows it. Past
-      the inotify watch limit the root that could not be watched is polled instead (every
-      `POLL_INTERVAL_MS`), said once in the log and shown by `state()`, so no folder is left
-      unwatched in silence.
+      the inotify watch limit the root that needs the most watches is polled instead (every
+      `POLL_INTERVAL_MS`), then the next if need be, said once in the log and shown by
+      `state()`, so no folder is left unwatched in silence.
     - A root whose own deletion the watch reports restarts the watcher at once, and every
       `ROOT_CHECK_S` the roots are checked: one that appears, disappears or is replaced (a new
       inode, which no old watch covers) restarts it too. Either way the root is reported
@@ -322,7 +335,7 @@ class Watcher:
                 failures = 0
                 continue
             except Exception as exc:
-                if (moved := self._over_watch_limit(exc)) is not None:
+                if (moved := await self._over_watch_limit(exc)) is not None:
                     rescan = [moved]
                     continue
                 if (lenient := self._permission_denied(exc)) is not None:
@@ -343,27 +356,38 @@ class Watcher:
                 async with asyncio.timeout(min(RESTART_MAX_S, 0.5 * 2 ** min(failures, 8))):
                     await stop.wait()
 
-    def _over_watch_limit(self, exc: BaseException) -> Path | None:
-        """The root to poll from now on when `exc` says the inotify limits are reached."""
+    async def _over_watch_limit(self, exc: BaseException) -> Path | None:
+        """The root to poll from now on when `exc` says the inotify limits are reached: the
+        one that needs the most watches (a watch per folder), which frees the most.
+
+        Not simply the root the error names: that is only where adding a watch failed, which
+        depends on the order watches were added and on whether the watcher before has let go
+        of its own yet (on a busy machine a small root added beside a big one was named). The
+        named root only breaks ties.
+        """
         text = str(exc)
         if "watch limit" not in text and "MaxFilesWatch" not in text:
             if not (isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENOSPC)):
                 return None
         watched = [r for r in self.roots if r not in self._polled]
-        named = [Path(p) for p in re.findall(r'"(/[^"]*)"', text)]
-        culprits = [r for r in watched if any(p == r or r in p.parents for p in named)]
-        moved = culprits[:1] or watched  # nothing named: poll every root still on inotify
-        if not moved:
+        if not watched:
             return None
+        named = [Path(p) for p in re.findall(r'"(/[^"]*)"', text)]
+        sizes = await asyncio.to_thread(lambda: [_folders(r, WATCH_COUNT_CAP) for r in watched])
+
+        def need(i: int) -> tuple[int, bool]:
+            root = watched[i]
+            return sizes[i], any(p == root or root in p.parents for p in named)
+
+        root = watched[max(range(len(watched)), key=need)]
         reason = (
             "the inotify watch limit is reached (fs.inotify.max_user_watches); polled every "
             f"{POLL_INTERVAL_MS / 1000:g} s instead: raise the limit (e.g. `sysctl "
             "fs.inotify.max_user_watches=524288`) and restart recalld to watch it again"
         )
-        for root in moved:
-            self._polled[root] = reason
-            logger.warning("cannot watch %s: %s", root, reason)
-        return moved[0]
+        self._polled[root] = reason
+        logger.warning("cannot watch %s: %s", root, reason)
+        return root
 
     def _permission_denied(self, exc: BaseException) -> Path | None:
         """The root to watch leniently from now on when `exc` is a folder we may not read."""
