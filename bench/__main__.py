@@ -426,11 +426,20 @@ def scale(
     help="Ingest through the API in this process, or through a `recalld serve` started on "
     "the store folder (`recalld ingest FOLDER`).",
 )
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Pipeline and model runs in turn, each pipeline into a fresh store; the ratios "
+    "reported are the medians of the rounds'.",
+)
 @REPORT_OPTIONS
 def ingest(
     folder: Path,
     store_dir: Path | None,
     via: str,
+    rounds: int,
     sets: tuple[str, ...],
     results: Path,
     as_json: bool,
@@ -442,9 +451,12 @@ def ingest(
 
     workdir = workdir_for(store_dir)
     data = workdir / "data"
-    if data.exists():
-        shutil.rmtree(data)
-    report = asyncio.run(ingest_bench.run(folder, workdir, overrides(sets), via))
+    reports = []
+    for _ in range(rounds):
+        if data.exists():
+            shutil.rmtree(data)
+        reports.append(asyncio.run(ingest_bench.run(folder, workdir, overrides(sets), via)))
+    report = ingest_bench.combine(reports)
     header = ["run", "seconds", "CPU s", "chunks/s", "MB/s"]
     rows = [
         [

@@ -10,12 +10,18 @@ with the same options, so nothing is read from the store) in batches of the same
 ratio is the pipeline's overhead. Both runs also report the CPU time they took (every thread
 of the process; the daemon's read from /proc), which a loaded machine disturbs far less than
 wall time: the CPU ratio is the pipeline's own work, whether or not it overlaps the model's.
+
+The model alone on the same texts took anywhere from 17.9 to 24.0 s between runs on one quiet
+machine, enough to move the ratio by 0.15 either way, so `--rounds N` runs the pair N times
+(each into a fresh store, pipeline then model) and reports the median of the per-round
+ratios (`combine`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -215,4 +221,32 @@ async def run(
             round(pipeline_cpu / model_cpu, 2) if pipeline_cpu is not None and model_cpu else None
         ),
         "overrides": overrides,
+    }
+
+
+def combine(reports: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several rounds of `run` as one report: the last round's counts, each round's times and
+    ratios (`rounds`), and the medians of the per-round ratios as `overhead_ratio` and
+    `cpu_ratio`."""
+    if len(reports) == 1:
+        return reports[0]
+    rounds = [
+        {
+            "pipeline_s": r["pipeline"]["seconds"],
+            "model_s": r["model_only"]["seconds"],
+            "overhead_ratio": r["overhead_ratio"],
+            "cpu_ratio": r["cpu_ratio"],
+        }
+        for r in reports
+    ]
+
+    def median(key: str) -> float | None:
+        values = [r[key] for r in rounds if r[key] is not None]
+        return round(statistics.median(values), 3) if values else None
+
+    return {
+        **reports[-1],
+        "rounds": rounds,
+        "overhead_ratio": median("overhead_ratio"),
+        "cpu_ratio": median("cpu_ratio"),
     }

@@ -409,6 +409,22 @@ def test_ingest_command_through_the_api_and_a_daemon(tmp_path: Path):
         assert report["pipeline"]["cpu_seconds"] > 0 and report["cpu_ratio"] > 0
 
 
+def test_ingest_rounds_report_the_median_of_their_ratios(tmp_path: Path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    for i in range(12):
+        (folder / f"n{i:02d}.md").write_text(f"# Note {i}\n\nBadgers dig, entry {i}.\n")
+    args = ["ingest", str(folder), "--rounds", "3", "--store-dir", str(tmp_path / "store")]
+    args += ["--json", "--results", str(tmp_path / "out"), "--set", "embed.model=hash:64"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    rounds = report["rounds"]
+    assert len(rounds) == 3 and report["chunks"] == 12
+    ratios = sorted(r["overhead_ratio"] for r in rounds)
+    assert report["overhead_ratio"] == round(ratios[1], 3)
+
+
 def test_search_trees_times_two_checkouts_on_copies_of_one_store(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ):
