@@ -16,55 +16,25 @@ average with both (a search that drops some reads as many more candidates to kee
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
-from bench.common import bench_settings, load_model
-from recalld.api import AsyncMemory
-from recalld.embeddings.base import Embedder
+from bench.settings_cost import Settings, print_ratios, time_settings
 
-SETTINGS: dict[str, dict[str, Any]] = {
+SETTINGS: Settings = {
     "neither": {"drop_covered": False, "neighbour_through_parent": False},
     "covered turns": {"neighbour_through_parent": False},
     "both (default)": {},
 }
-PASSES = 3
-LIMIT = 10
 
 
 async def main(store_dir: Path, dataset: Path, stores: int = 2, questions: int = 150) -> None:
-    samples = json.loads(await asyncio.to_thread(dataset.read_text, "utf-8"))[:stores]
-    embedder: Embedder | None = None
-    times: dict[str, list[float]] = {name: [] for name in SETTINGS}
-    dropped: list[int] = []
-    for sample in samples:
-        settings = bench_settings(store_dir / str(sample["sample_id"]), {})
-        embedder = embedder or load_model(settings)
-        memory = await AsyncMemory.open(settings, embedder=embedder)
-        try:
-            searcher = memory.searcher
-            asked = [str(qa["question"]) for qa in sample["qa"]][:questions]
-            for query in asked:
-                await searcher.search(query, limit=LIMIT)
-            for turn in range(PASSES):
-                for i, query in enumerate(asked):
-                    names = list(SETTINGS) if (i + turn) % 2 == 0 else list(SETTINGS)[::-1]
-                    for name in names:
-                        started = time.perf_counter()
-                        found = await searcher.search(query, limit=LIMIT, **SETTINGS[name])
-                        times[name].append((time.perf_counter() - started) * 1000)
-                        if turn == 0 and not SETTINGS[name]:
-                            dropped.append(int(found.explain["covered"]))
-        finally:
-            await memory.close()
-    base = times["neither"]
-    for name, values in times.items():
-        ratio = statistics.median(a / b for a, b in zip(values, base, strict=True))
-        print(f"{name}: median {statistics.median(values):.2f} ms, {ratio:.3f}x per query")
+    times, first = await time_settings(
+        store_dir, dataset, SETTINGS, stores=stores, questions=questions
+    )
+    print_ratios(times, "neither")
+    dropped = [int(found.explain["covered"]) for found in first["both (default)"]]
     print(f"hits dropped a search: mean {statistics.mean(dropped):.2f}, max {max(dropped)}")
 
 
