@@ -78,15 +78,19 @@ async def of(
     return found
 
 
-async def touching(conn: PgConn, chunk_ids: Sequence[int]) -> list[Link]:
-    """Every link with either end in `chunk_ids`, for spreading activation."""
+async def touching(
+    conn: PgConn, chunk_ids: Sequence[int], relation: str | None = None
+) -> list[Link]:
+    """Every link with either end in `chunk_ids`, for spreading activation; only the links of
+    `relation` when given."""
     if not chunk_ids:
         return []
     ids = [int(c) for c in chunk_ids]
+    only = " AND relation = %s" if relation else ""
     rows = await conn.fetch(
-        "SELECT src, dst, relation, weight FROM links WHERE src = ANY(%s) "
-        "UNION SELECT src, dst, relation, weight FROM links WHERE dst = ANY(%s)",
-        [ids, ids],
+        f"SELECT src, dst, relation, weight FROM links WHERE src = ANY(%s){only} "
+        f"UNION SELECT src, dst, relation, weight FROM links WHERE dst = ANY(%s){only}",
+        [ids, relation, ids, relation] if relation else [ids, ids],
     )
     return [(int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in rows]
 
@@ -96,15 +100,7 @@ async def with_parents(conn: PgConn, links: list[Link], chunk_ids: Sequence[int]
     their `records.untimed_parents` (no statement when there are none: documents, rounds
     alone)."""
     parents = untimed_parents(links, chunk_ids)
-    if not parents:
-        return links
-    rows = await conn.fetch(
-        "SELECT src, dst, relation, weight FROM links WHERE src = ANY(%s) "
-        "AND relation = 'temporal' UNION SELECT src, dst, relation, weight FROM links "
-        "WHERE dst = ANY(%s) AND relation = 'temporal'",
-        [parents, parents],
-    )
-    return merged(links, [(int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in rows])
+    return merged(links, await touching(conn, parents, "temporal")) if parents else links
 
 
 async def refresh_status(conn: PgConn, chunk_ids: Iterable[int]) -> None:

@@ -95,17 +95,21 @@ async def touching(conn: aiosqlite.Connection, chunk_ids: Sequence[int]) -> list
     return await on_thread(conn, partial(touching_now, chunk_ids=chunk_ids))
 
 
-def touching_now(raw: RawConnection, chunk_ids: Sequence[int]) -> list[Link]:
-    """`touching` in the calling thread, the connection's own (`on_thread`)."""
+def touching_now(
+    raw: RawConnection, chunk_ids: Sequence[int], relation: str | None = None
+) -> list[Link]:
+    """`touching` in the calling thread, the connection's own (`on_thread`); only the links
+    of `relation` when given."""
     if not chunk_ids:
         return []
     ids = json.dumps(list(chunk_ids))
+    only = " AND relation = ?" if relation else ""
     rows = raw.execute(
         "SELECT src, dst, relation, weight FROM links "
-        "WHERE src IN (SELECT value FROM json_each(?)) "
+        f"WHERE src IN (SELECT value FROM json_each(?)){only} "
         "UNION SELECT src, dst, relation, weight FROM links "
-        "WHERE dst IN (SELECT value FROM json_each(?))",
-        (ids, ids),
+        f"WHERE dst IN (SELECT value FROM json_each(?)){only}",
+        (ids, relation, ids, relation) if relation else (ids, ids),
     )
     return [(int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in rows]
 
@@ -116,17 +120,7 @@ def with_parents_now(raw: RawConnection, links: list[Link], chunk_ids: Sequence[
     neighbour support through parents reads them with its candidates (no statement when there
     are none: documents, rounds alone)."""
     parents = untimed_parents(links, chunk_ids)
-    if not parents:
-        return links
-    ids = json.dumps(parents)
-    rows = raw.execute(
-        "SELECT src, dst, relation, weight FROM links "
-        "WHERE src IN (SELECT value FROM json_each(?)) AND relation = 'temporal' "
-        "UNION SELECT src, dst, relation, weight FROM links "
-        "WHERE dst IN (SELECT value FROM json_each(?)) AND relation = 'temporal'",
-        (ids, ids),
-    )
-    return merged(links, [(int(r[0]), int(r[1]), str(r[2]), float(r[3])) for r in rows])
+    return merged(links, touching_now(raw, parents, "temporal")) if parents else links
 
 
 async def refresh_status(conn: aiosqlite.Connection, chunk_ids: Iterable[int]) -> None:
