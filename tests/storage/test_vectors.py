@@ -344,6 +344,25 @@ async def test_small_stores_are_searched_exactly_in_memory(filled):
     assert await knn(store, data[0], 10, Filters(granularities=("nothing-stored",))) == []
 
 
+async def test_the_exact_search_ranks_by_int8_then_scores_floats(filled):
+    # Only the best rows by int8 score reach the float stage; a row without an int8 copy yet
+    # (scale 0) always does, so it is still found where it belongs.
+    store, data = filled
+    await knn(store, data[0])
+    index = store.vectors
+    a = index._arrays
+    rng = np.random.default_rng(5)
+    q = near(data[42], rng)
+    want = await exact(store, q, 20)
+    slot = int(np.flatnonzero(a.ids[: a.size] == want[0][0])[0])
+    a.scales[slot] = 0
+    a.int8.put(np.array([slot]), np.zeros((1, DIM), dtype=np.int8))
+    assert_same_hits(index.nearest(q, 20, (), ()), want)
+    approx = index._int8_scores(a, q, a.size)
+    assert approx[slot] == np.inf
+    assert np.count_nonzero(np.isfinite(approx)) == a.size - 1
+
+
 async def test_float_copies_dropped_when_big_and_reloaded_when_small(filled):
     store, data = filled
     store.vectors.tuning = dataclasses.replace(vectors.Tuning(), exact_below=3200)

@@ -79,6 +79,16 @@ class SegmentedRows:
         ]
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
 
+    def dot_first(self, count: int, vector: npt.NDArray[np.int8]) -> npt.NDArray[np.int32]:
+        """The first `count` rows dotted with the int8 `vector`, as exact int32 sums: one SIMD
+        pass per segment, no gather."""
+        parts = [
+            kernels.dot_int8(vector, segment[: count - s * SEGMENT_ROWS])
+            for s, segment in enumerate(self.segments)
+            if s * SEGMENT_ROWS < count
+        ]
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int32)
+
     def put(self, slots: npt.NDArray[np.intp], rows: npt.NDArray[np.int8]) -> None:
         """Write `rows` at `slots`."""
         segment, offset = np.divmod(slots, SEGMENT_ROWS)
