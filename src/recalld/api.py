@@ -41,6 +41,7 @@ from recalld.retrieval.search import Searcher
 from recalld.storage import records
 from recalld.storage.contract import Store
 from recalld.storage.registry import open_store, stored_model
+from recalld.storage.use_counts import UseCounts
 from recalld.types import NO_FILTERS, Chunk, Filters, SearchResult
 
 T = TypeVar("T")
@@ -136,6 +137,7 @@ class AsyncMemory:
             store, embedder, settings.search, calibration, settings.embed.query_cache
         )
         self._background: set[asyncio.Task[None]] = set()
+        self.use_counts = UseCounts(store)
         self._calibrating = asyncio.Lock()
         self.reindexer = Reindexer(
             store, self._load_embedder, calibrate, self._use_model, settings.embed.batch_size
@@ -280,12 +282,9 @@ class AsyncMemory:
     ) -> SearchResult:
         """Hybrid search; see `Searcher.search`. Returned chunks count as retrieved."""
         result = await self._search_one_model(query, limit, filters, overrides)
-        if result.hits:
-            # Counting must not make the search wait for an ingest holding the writer.
-            ids = [h.chunk.id for h in result.hits]
-            self._spawn(
-                self.store.write(lambda c: c.count_use(ids, retrieval=True), counters_only=True)
-            )
+        # Counted later, in one write for many searches (storage/use_counts.py): a search
+        # never waits for an ingest holding the writer, nor runs beside its own count's write.
+        self.use_counts.note([h.chunk.id for h in result.hits], retrieval=True)
         return result
 
     async def _search_one_model(
@@ -316,9 +315,7 @@ class AsyncMemory:
         found = await self.store.read(lambda c: c.chunks_by_id([chunk_id]))
         if chunk_id not in found:
             raise NotFoundError(f"no chunk with id {chunk_id}", data={"id": chunk_id})
-        self._spawn(
-            self.store.write(lambda c: c.count_use([chunk_id], retrieval=False), counters_only=True)
-        )
+        self.use_counts.note([chunk_id], retrieval=False)
         return found[chunk_id]
 
     async def update(self, chunk_id: int, edit: records.MemoryEdit) -> int:
@@ -465,6 +462,7 @@ class AsyncMemory:
         """Stop a reindex (it resumes on the next start), finish background writes and close
         the store."""
         await self.reindexer.close()
+        await self.use_counts.close()
         if self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
         await self.store.close()

@@ -1,0 +1,79 @@
+"""Use counters gathered and written together (storage/use_counts.py), on both backends."""
+
+import asyncio
+
+from recalld.storage.contract import Store
+from recalld.storage.use_counts import UseCounts
+from recalld.types import NO_FILTERS
+from tests.storage.conftest import location, put, store  # noqa: F401 - the stores of tests/storage
+
+
+async def _counts(store: Store, ids: list[int]) -> dict[int, tuple[int, int]]:  # noqa: F811
+    found = await store.read(lambda c: c.chunks_by_id(ids))
+    return {cid: (c.retrieval_count, c.access_count) for cid, c in found.items()}
+
+
+async def _ids(store: Store) -> list[int]:  # noqa: F811
+    hits = await store.read(lambda c: c.fts('"one" OR "two"', 5, NO_FILTERS))
+    return sorted(cid for cid, _ in hits)
+
+
+async def test_counts_noted_meanwhile_go_in_one_write_after_the_delay(store: Store):  # noqa: F811
+    await put(store, "/a.md", ["one", "two"])
+    first, second = await _ids(store)
+    writes: list[int] = []
+    original = store.write
+
+    def counted_write(fn, **kw):  # type: ignore[no-untyped-def]
+        writes.append(1)
+        return original(fn, **kw)
+
+    store.write = counted_write  # type: ignore[method-assign]
+    counts = UseCounts(store, delay_s=0.2)
+    for _ in range(3):
+        counts.note([first, second], retrieval=True)
+    counts.note([first], retrieval=True)
+    counts.note([second], retrieval=False)
+    await asyncio.sleep(0.05)
+    assert writes == [] and await _counts(store, [first, second]) == {first: (0, 0), second: (0, 0)}
+    await asyncio.sleep(0.4)
+    assert writes == [1]
+    assert await _counts(store, [first, second]) == {first: (4, 0), second: (3, 1)}
+    # A later note starts a new wait.
+    counts.note([second], retrieval=True)
+    await asyncio.sleep(0.4)
+    assert writes == [1, 1] and (await _counts(store, [second]))[second] == (4, 1)
+    await counts.close()
+    assert writes == [1, 1]  # nothing left to write
+
+
+async def test_close_writes_what_is_noted_without_waiting(store: Store):  # noqa: F811
+    await put(store, "/a.md", ["one", "two"])
+    first, _ = await _ids(store)
+    counts = UseCounts(store, delay_s=3600)
+    counts.note([first], retrieval=True)
+    counts.note([first], retrieval=False)
+    async with asyncio.timeout(10):
+        await counts.close()
+    assert (await _counts(store, [first]))[first] == (1, 1)
+
+
+async def test_a_failed_write_is_logged_and_the_next_notes_still_count(store: Store, caplog):  # noqa: F811
+    await put(store, "/a.md", ["one", "two"])
+    first, _ = await _ids(store)
+    original = store.write
+    failing = [True]
+
+    def flaky_write(fn, **kw):  # type: ignore[no-untyped-def]
+        if failing.pop(0) if failing else False:
+            raise OSError("disk full")
+        return original(fn, **kw)
+
+    store.write = flaky_write  # type: ignore[method-assign]
+    counts = UseCounts(store, delay_s=0.05)
+    counts.note([first], retrieval=True)
+    await asyncio.sleep(0.3)
+    assert "could not write use counts: disk full" in caplog.text
+    counts.note([first], retrieval=True)
+    await counts.close()
+    assert (await _counts(store, [first]))[first] == (1, 0)
