@@ -53,6 +53,8 @@ class UseCounts:
             await self._flush_or_warn()
         finally:
             self._task = None
+            if self._pending[True] or self._pending[False]:  # noted during the write
+                self._task = asyncio.get_running_loop().create_task(self._later())
 
     async def _flush_or_warn(self) -> None:
         try:
@@ -75,12 +77,13 @@ class UseCounts:
         await self.store.write(write, counters_only=True)
 
     async def close(self) -> None:
-        """Write what is noted now: a waiting write goes at once, one under way is awaited."""
-        task = self._task
-        if task is not None:
+        """Write what is noted now: a waiting write goes at once, one under way is awaited
+        (with the wait it may start for notes made meanwhile)."""
+        while (task := self._task) is not None:
             if self._sleeping:
                 task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-            self._task = None
+            if self._task is task:
+                self._task = None
         await self._flush_or_warn()
