@@ -674,11 +674,7 @@ class VectorIndex:
         if floats is None:
             return None
         q = np.asarray(query, dtype=np.float32).reshape(-1)[: self.dimension]
-        valid = a.alive[:n]
-        for values, column in ((kinds, a.kinds), (granularities, a.grans)):
-            if values:
-                labels = [self._vocab[v] for v in values if v in self._vocab]
-                valid = valid & np.isin(column[:n], labels)
+        valid = self._valid(a, n, kinds, granularities)
         eligible = int(np.count_nonzero(valid))
         if eligible == 0:
             return []
@@ -696,6 +692,17 @@ class VectorIndex:
             scores = floats[rows] @ q
         order = np.lexsort((ids[rows], -scores))[:take]
         return [(int(ids[rows[i]]), float(1.0 - scores[i])) for i in order]
+
+    def _valid(
+        self, a: _Arrays, n: int, kinds: Sequence[str], granularities: Sequence[str]
+    ) -> npt.NDArray[np.bool_]:
+        """Which of the first `n` slots are live and match the kind and granularity filters."""
+        valid = a.alive[:n]
+        for values, column in ((kinds, a.kinds), (granularities, a.grans)):
+            if values:
+                labels = [self._vocab[v] for v in values if v in self._vocab]
+                valid = valid & np.isin(column[:n], labels)
+        return valid
 
     @staticmethod
     def _int8_scores(a: _Arrays, q: FloatArray, n: int) -> FloatArray:
@@ -738,11 +745,7 @@ class VectorIndex:
             _in_two(lambda r: _hamming(signs, qcode, dist, r[0], r[1]), halves[0], halves[1])
         filtered = bool(kinds or granularities)
         if filtered or self._dead:
-            valid = alive[:n]
-            for values, column in ((kinds, a.kinds), (granularities, a.grans)):
-                if values:
-                    labels = [self._vocab[v] for v in values if v in self._vocab]
-                    valid = valid & np.isin(column[:n], labels)
+            valid = self._valid(a, n, kinds, granularities)
             eligible = int(np.count_nonzero(valid))
             dist[~valid] = sentinel
         else:
