@@ -434,12 +434,21 @@ def scale(
     help="Pipeline and model runs in turn, each pipeline into a fresh store; the ratios "
     "reported are the medians of the rounds'.",
 )
+@click.option(
+    "--slices",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Ingest the folder in this many consecutive slices, each followed by the model alone "
+    "on its chunks, so that each pair sees the same machine speed; the ratio is of the sums.",
+)
 @REPORT_OPTIONS
 def ingest(
     folder: Path,
     store_dir: Path | None,
     via: str,
     rounds: int,
+    slices: int,
     sets: tuple[str, ...],
     results: Path,
     as_json: bool,
@@ -455,7 +464,7 @@ def ingest(
     for _ in range(rounds):
         if data.exists():
             shutil.rmtree(data)
-        reports.append(asyncio.run(ingest_bench.run(folder, workdir, overrides(sets), via)))
+        reports.append(asyncio.run(ingest_bench.run(folder, workdir, overrides(sets), via, slices)))
     report = ingest_bench.combine(reports)
     header = ["run", "seconds", "CPU s", "chunks/s", "MB/s"]
     rows = [

@@ -8,22 +8,30 @@ around the client's `ingest` of the folder); its clock stops when the last docum
 committed, i.e. searchable. The model run then embeds the very same chunk texts (chunked again
 with the same options, so nothing is read from the store) in batches of the same size. Their
 ratio is the pipeline's overhead. Both runs also report the CPU time they took (every thread
-of the process; the daemon's read from /proc), which a loaded machine disturbs far less than
-wall time: the CPU ratio is the pipeline's own work, whether or not it overlaps the model's.
+of the process; the daemon's read from /proc): the CPU ratio is the pipeline's own work,
+whether or not it overlaps the model's. CPU time drifts with the machine's speed as wall time
+does (42 and 52 CPU s for the same texts within minutes).
 
-The model alone on the same texts took anywhere from 17.9 to 24.0 s between runs on one quiet
-machine, enough to move the ratio by 0.15 either way, so `--rounds N` runs the pair N times
-(each into a fresh store, pipeline then model) and reports the median of the per-round
-ratios (`combine`).
+The machine's speed drifts: the model alone on the same 100 files took 2.4-3.1 s in one
+minute of back-to-back runs, neighbours within ~5% of each other but the drift enough to move
+a whole-folder pair's ratio by 0.15 (17.9-24.0 s for the model alone on one folder between
+runs). So `--slices N` ingests the folder in N consecutive slices into the one store, each
+slice followed at once by the model alone on its chunks: each pair sees the same machine, and
+the ratio of the sums follows the drift out. Each slice starts and drains the pipeline (its
+reads and chunking no longer overlap the previous slice's model calls), which costs the
+pipeline, never the model. `--rounds N` runs the whole thing N times, each into a fresh store,
+and reports the median of the per-round ratios (`combine`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,22 +132,91 @@ async def _through_api(memory: AsyncMemory, paths: list[Path]) -> tuple[int, int
     return total_bytes, failed
 
 
-def _through_daemon(
-    folder: Path, workdir: Path, overrides: dict[str, str]
-) -> tuple[float, float | None, int]:
-    """Start `recalld serve` on `workdir`, time the client's ingest of `folder` (blocking);
-    (seconds, the daemon's CPU seconds, failed files)."""
+Pair = dict[str, Any]  # one slice: the pipeline's and the model's seconds and CPU seconds
+
+
+def split(paths: list[Path], count: int) -> list[list[Path]]:
+    """`paths` in `count` consecutive slices of near-equal size (fewer if there are fewer
+    files)."""
+    count = max(1, min(count, len(paths)))
+    size, extra = divmod(len(paths), count)
+    parts, start = [], 0
+    for index in range(count):
+        end = start + size + (1 if index < extra else 0)
+        parts.append(paths[start:end])
+        start = end
+    return parts
+
+
+def _pair(pipeline: tuple[float, float | None], model: tuple[list[str], float, float]) -> Pair:
+    return {
+        "pipeline_s": pipeline[0],
+        "pipeline_cpu": pipeline[1],
+        "model_s": model[1],
+        "model_cpu": model[2],
+        "texts": len(model[0]),
+    }
+
+
+async def _pairs_through_api(
+    memory: AsyncMemory, parts: list[list[Path]], embedder: Embedder, batch: int
+) -> tuple[list[Pair], int, int]:
+    """Each slice through the API, then the model alone on its chunks; (pairs, bytes, failed
+    calls)."""
+    pairs: list[Pair] = []
+    total_bytes = failed = 0
+    for part in parts:
+        started, cpu = time.perf_counter(), time.process_time()
+        size, bad = await _through_api(memory, part)
+        pipeline = (time.perf_counter() - started, time.process_time() - cpu)
+        model = await asyncio.to_thread(_model_only, part, memory.ingestor.options, embedder, batch)
+        pairs.append(_pair(pipeline, model))
+        total_bytes, failed = total_bytes + size, failed + bad
+    return pairs, total_bytes, failed
+
+
+def _slice_folders(folder: Path, parts: list[list[Path]], into: Path) -> list[Path]:
+    """A folder per slice under `into`, holding links to (or copies of) its files, for the
+    daemon to ingest one at a time; the whole `folder` when there is one slice."""
+    if len(parts) == 1:
+        return [folder]
+    folders = []
+    for index, part in enumerate(parts):
+        target = into / f"{index:03d}"
+        for path in part:
+            copy = target / path.relative_to(folder)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                os.link(path, copy)
+            except OSError:  # another file system
+                shutil.copy2(path, copy)
+        folders.append(target)
+    return folders
+
+
+def _pairs_through_daemon(
+    folder: Path,
+    parts: list[list[Path]],
+    workdir: Path,
+    overrides: dict[str, str],
+    model: tuple[ChunkOptions, Embedder, int],
+) -> tuple[list[Pair], int]:
+    """Start `recalld serve` on `workdir`; for each slice, time the client's ingest of its
+    folder, then the model alone on its chunks (blocking); (pairs, failed files)."""
     socket = workdir / "d.sock"
     env = {k: v for k, v in os.environ.items() if not k.startswith((ENV_PREFIX, "XDG_"))}
     env.update({"RECALLD_HOME": str(workdir), "RECALLD_DAEMON__SOCKET": str(socket)})
     for key, value in overrides.items():
         env[ENV_PREFIX + key.upper().replace(".", "__")] = value
+    options, embedder, batch = model
     log = (workdir / "daemon.log").open("ab")
+    links = Path(tempfile.mkdtemp(prefix="recalld-slices-"))
     proc = subprocess.Popen(
         [sys.executable, "-m", "recalld", "serve"], env=env, stdout=log, stderr=log
     )
     client = Client(socket, timeout=600)
     try:
+        folders = _slice_folders(folder, parts, links)
         deadline = time.monotonic() + 120
         while True:
             try:
@@ -151,48 +228,58 @@ def _through_daemon(
                     raise RuntimeError(f"the daemon did not start; see {log.name}") from None
                 time.sleep(0.1)
         client.search("warm up")  # loads the model
-        started, cpu = time.perf_counter(), _cpu_seconds(proc.pid)
-        report = client.ingest(folder)
-        seconds, cpu_after = time.perf_counter() - started, _cpu_seconds(proc.pid)
-        cpu_s = cpu_after - cpu if cpu is not None and cpu_after is not None else None
-        return seconds, cpu_s, int(report.get("failed", 0))
+        pairs, failed = [], 0
+        for part, part_folder in zip(parts, folders, strict=True):
+            started, cpu = time.perf_counter(), _cpu_seconds(proc.pid)
+            report = client.ingest(part_folder)
+            seconds, cpu_after = time.perf_counter() - started, _cpu_seconds(proc.pid)
+            cpu_s = cpu_after - cpu if cpu is not None and cpu_after is not None else None
+            failed += int(report.get("failed", 0))
+            pairs.append(_pair((seconds, cpu_s), _model_only(part, options, embedder, batch)))
+        return pairs, failed
     finally:
         client.close()
         proc.terminate()
         proc.wait(60)
         log.close()
+        shutil.rmtree(links, ignore_errors=True)
 
 
 async def run(
-    folder: Path, workdir: Path, overrides: dict[str, str], via: str = "api"
+    folder: Path, workdir: Path, overrides: dict[str, str], via: str = "api", slices: int = 1
 ) -> dict[str, Any]:
     """Ingest every file under `folder` into a fresh store in `workdir` through the API or a
-    daemon (`via`), then time the model."""
+    daemon (`via`), in `slices` consecutive slices, each followed by the model alone on its
+    chunks."""
     settings = bench_settings(workdir, overrides)
     embedder = load_model(settings)
     await asyncio.to_thread(embedder.embed, ["warm up"])
     paths = list(iter_files(folder))
+    parts = split(paths, slices)
+    batch = settings.embed.batch_size
     total_bytes = sum(p.stat().st_size for p in paths)
-    failed = 0
-    if via == "daemon":
-        pipeline_s, pipeline_cpu, failed = await asyncio.to_thread(
-            _through_daemon, folder, workdir, overrides
-        )
     memory = await AsyncMemory.open(settings, embedder=embedder)
     try:
         if via == "api":
-            started, cpu = time.perf_counter(), time.process_time()
-            total_bytes, failed = await _through_api(memory, paths)
-            pipeline_s = time.perf_counter() - started
-            pipeline_cpu = time.process_time() - cpu
+            pairs, total_bytes, failed = await _pairs_through_api(memory, parts, embedder, batch)
+        else:
+            await memory.close()  # the daemon opens the store itself
+            model = (memory.ingestor.options, embedder, batch)
+            pairs, failed = await asyncio.to_thread(
+                _pairs_through_daemon, folder, parts, workdir, overrides, model
+            )
+            memory = await AsyncMemory.open(settings, embedder=embedder)
         stored = (await memory.counts())["chunks"]
-        options = memory.ingestor.options
     finally:
         await memory.close()
 
-    texts, model_s, model_cpu = await asyncio.to_thread(
-        _model_only, paths, options, embedder, settings.embed.batch_size
-    )
+    def total(key: str) -> float | None:
+        values = [pair[key] for pair in pairs]
+        return None if None in values else sum(values)
+
+    pipeline_s, pipeline_cpu = total("pipeline_s") or 0.0, total("pipeline_cpu")
+    model_s, model_cpu = total("model_s") or 0.0, total("model_cpu")
+    texts = sum(pair["texts"] for pair in pairs)
     megabytes = total_bytes / 2**20
     return {
         "folder": str(folder),
@@ -203,7 +290,8 @@ async def run(
         "failed_batches" if via == "api" else "failed_files": failed,
         "megabytes": round(megabytes, 2),
         "chunks": stored,
-        "batch_size": settings.embed.batch_size,
+        "batch_size": batch,
+        "slices": len(parts),
         "pipeline": {
             "seconds": round(pipeline_s, 2),
             "chunks_per_s": round(stored / pipeline_s, 1) if pipeline_s else None,
@@ -211,15 +299,20 @@ async def run(
             "cpu_seconds": round(pipeline_cpu, 2) if pipeline_cpu is not None else None,
         },
         "model_only": {
-            "texts": len(texts),
+            "texts": texts,
             "seconds": round(model_s, 2),
-            "chunks_per_s": round(len(texts) / model_s, 1) if model_s else None,
-            "cpu_seconds": round(model_cpu, 2),
+            "chunks_per_s": round(texts / model_s, 1) if model_s else None,
+            "cpu_seconds": round(model_cpu, 2) if model_cpu is not None else None,
         },
-        "overhead_ratio": round(pipeline_s / model_s, 2) if model_s else None,
+        "overhead_ratio": round(pipeline_s / model_s, 3) if model_s else None,
         "cpu_ratio": (
-            round(pipeline_cpu / model_cpu, 2) if pipeline_cpu is not None and model_cpu else None
+            round(pipeline_cpu / model_cpu, 3) if pipeline_cpu is not None and model_cpu else None
         ),
+        # Each slice's pipeline / model ratio, in slice order.
+        "slice_ratios": [
+            round(pair["pipeline_s"] / pair["model_s"], 3) if pair["model_s"] else None
+            for pair in pairs
+        ],
         "overrides": overrides,
     }
 

@@ -388,7 +388,7 @@ def test_calibrate_command_times_one_calibration_of_a_kept_store(tmp_path: Path)
     assert report["chosen"] == {}  # three abstracts: too few chunks to calibrate on
 
 
-def test_ingest_command_through_the_api_and_a_daemon(tmp_path: Path):
+def test_ingest_command_in_slices_through_the_api_and_a_daemon(tmp_path: Path):
     folder = tmp_path / "notes"
     folder.mkdir()
     for i in range(40):
@@ -399,6 +399,7 @@ def test_ingest_command_through_the_api_and_a_daemon(tmp_path: Path):
         try:
             args = ["ingest", str(folder), "--via", via, "--store-dir", str(store), "--json"]
             args += ["--results", str(tmp_path / "out"), "--set", "embed.model=hash:64"]
+            args += ["--slices", "3"]  # 14, 13 and 13 files, each slice then the model
             result = CliRunner().invoke(main, args)
         finally:
             shutil.rmtree(store, ignore_errors=True)
@@ -407,6 +408,7 @@ def test_ingest_command_through_the_api_and_a_daemon(tmp_path: Path):
         assert (report["via"], report["files"], report["chunks"]) == (via, 40, 40)
         assert report["model_only"]["texts"] == 40
         assert report["pipeline"]["cpu_seconds"] > 0 and report["cpu_ratio"] > 0
+        assert report["slices"] == 3 and len(report["slice_ratios"]) == 3
 
 
 def test_ingest_rounds_report_the_median_of_their_ratios(tmp_path: Path):
