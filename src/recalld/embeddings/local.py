@@ -274,9 +274,13 @@ class LocalEmbedder:
                 run(rows)
         else:
             # Each run writes its own rows of `out`; the session is safe to run concurrently.
+            # Longest first: each thread takes the next run as it finishes one, so the run the
+            # other thread may wait out alone at the end is the shortest, not the longest. On
+            # 100-file slices of SciFact, 40 pairs alternating: 0.971x the wall, 30 of 40 faster
+            # (sign test p = 0.002); every vector the same bits (one text a run).
             side = self._side_session()
             try:
-                done = self._run_pool().map(lambda rows: run(rows, side), runs)
+                done = self._run_pool().map(lambda rows: run(rows, side), runs[::-1])
             except RuntimeError:  # closed meanwhile (the model was swapped): run them here
                 done = map(run, runs)
             for _ in done:
