@@ -431,8 +431,8 @@ def scale(
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="Pipeline and model runs in turn, each pipeline into a fresh store; the ratios "
-    "reported are the medians of the rounds'.",
+    help="Pipeline and model runs in turn (every other pair model first), each pipeline into "
+    "a fresh store; the ratios reported are the medians of the rounds'.",
 )
 @click.option(
     "--slices",
@@ -461,10 +461,12 @@ def ingest(
     workdir = workdir_for(store_dir)
     data = workdir / "data"
     reports = []
-    for _ in range(rounds):
+    for index in range(rounds):
         if data.exists():
             shutil.rmtree(data)
-        reports.append(asyncio.run(ingest_bench.run(folder, workdir, overrides(sets), via, slices)))
+        # Round i starts with the model when i is odd: pairs alternate across rounds too.
+        run = ingest_bench.run(folder, workdir, overrides(sets), via, slices, flip=index)
+        reports.append(asyncio.run(run))
     report = ingest_bench.combine(reports)
     header = ["run", "seconds", "CPU s", "chunks/s", "MB/s"]
     rows = [

@@ -19,8 +19,10 @@ runs). So `--slices N` ingests the folder in N consecutive slices into the one s
 slice followed at once by the model alone on its chunks: each pair sees the same machine, and
 the ratio of the sums follows the drift out. Each slice starts and drains the pipeline (its
 reads and chunking no longer overlap the previous slice's model calls), which costs the
-pipeline, never the model. `--rounds N` runs the whole thing N times, each into a fresh store,
-and reports the median of the per-round ratios (`combine`).
+pipeline, never the model. Every other pair times the model first (ABBA, `_model_first`),
+so a steady drift costs both sides alike. `--rounds N` runs the whole thing N times, each into
+a fresh store, round i starting with the model when i is odd, and reports the median of the
+per-round ratios (`combine`).
 """
 
 from __future__ import annotations
@@ -158,18 +160,29 @@ def _pair(pipeline: tuple[float, float | None], model: tuple[list[str], float, f
     }
 
 
+def _model_first(pair_index: int, flip: int) -> bool:
+    """Whether a pair times the model before the pipeline: every other pair does (ABBA), so a
+    steady drift in the machine's speed costs both sides alike."""
+    return (pair_index + flip) % 2 == 1
+
+
 async def _pairs_through_api(
-    memory: AsyncMemory, parts: list[list[Path]], embedder: Embedder, batch: int
+    memory: AsyncMemory, parts: list[list[Path]], embedder: Embedder, batch: int, flip: int
 ) -> tuple[list[Pair], int, int]:
-    """Each slice through the API, then the model alone on its chunks; (pairs, bytes, failed
-    calls)."""
+    """Each slice through the API and the model alone on its chunks, in turns
+    (`_model_first`); (pairs, bytes, failed calls)."""
     pairs: list[Pair] = []
     total_bytes = failed = 0
-    for part in parts:
+    options = memory.ingestor.options
+    for index, part in enumerate(parts):
+        first = _model_first(index, flip)
+        if first:
+            model = await asyncio.to_thread(_model_only, part, options, embedder, batch)
         started, cpu = time.perf_counter(), time.process_time()
         size, bad = await _through_api(memory, part)
         pipeline = (time.perf_counter() - started, time.process_time() - cpu)
-        model = await asyncio.to_thread(_model_only, part, memory.ingestor.options, embedder, batch)
+        if not first:
+            model = await asyncio.to_thread(_model_only, part, options, embedder, batch)
         pairs.append(_pair(pipeline, model))
         total_bytes, failed = total_bytes + size, failed + bad
     return pairs, total_bytes, failed
@@ -200,9 +213,11 @@ def _pairs_through_daemon(
     workdir: Path,
     overrides: dict[str, str],
     model: tuple[ChunkOptions, Embedder, int],
+    flip: int,
 ) -> tuple[list[Pair], int]:
     """Start `recalld serve` on `workdir`; for each slice, time the client's ingest of its
-    folder, then the model alone on its chunks (blocking); (pairs, failed files)."""
+    folder and the model alone on its chunks, in turns (`_model_first`; blocking); (pairs,
+    failed files)."""
     socket = workdir / "d.sock"
     env = {k: v for k, v in os.environ.items() if not k.startswith((ENV_PREFIX, "XDG_"))}
     env.update({"RECALLD_HOME": str(workdir), "RECALLD_DAEMON__SOCKET": str(socket)})
@@ -229,13 +244,18 @@ def _pairs_through_daemon(
                 time.sleep(0.1)
         client.search("warm up")  # loads the model
         pairs, failed = [], 0
-        for part, part_folder in zip(parts, folders, strict=True):
+        for index, (part, part_folder) in enumerate(zip(parts, folders, strict=True)):
+            first = _model_first(index, flip)
+            if first:
+                alone = _model_only(part, options, embedder, batch)
             started, cpu = time.perf_counter(), _cpu_seconds(proc.pid)
             report = client.ingest(part_folder)
             seconds, cpu_after = time.perf_counter() - started, _cpu_seconds(proc.pid)
             cpu_s = cpu_after - cpu if cpu is not None and cpu_after is not None else None
             failed += int(report.get("failed", 0))
-            pairs.append(_pair((seconds, cpu_s), _model_only(part, options, embedder, batch)))
+            if not first:
+                alone = _model_only(part, options, embedder, batch)
+            pairs.append(_pair((seconds, cpu_s), alone))
         return pairs, failed
     finally:
         client.close()
@@ -246,11 +266,16 @@ def _pairs_through_daemon(
 
 
 async def run(
-    folder: Path, workdir: Path, overrides: dict[str, str], via: str = "api", slices: int = 1
+    folder: Path,
+    workdir: Path,
+    overrides: dict[str, str],
+    via: str = "api",
+    slices: int = 1,
+    flip: int = 0,
 ) -> dict[str, Any]:
     """Ingest every file under `folder` into a fresh store in `workdir` through the API or a
-    daemon (`via`), in `slices` consecutive slices, each followed by the model alone on its
-    chunks."""
+    daemon (`via`), in `slices` consecutive slices, each paired with the model alone on its
+    chunks; pair i times the model first when i + `flip` is odd (`_model_first`)."""
     settings = bench_settings(workdir, overrides)
     embedder = load_model(settings)
     await asyncio.to_thread(embedder.embed, ["warm up"])
@@ -261,12 +286,14 @@ async def run(
     memory = await AsyncMemory.open(settings, embedder=embedder)
     try:
         if via == "api":
-            pairs, total_bytes, failed = await _pairs_through_api(memory, parts, embedder, batch)
+            pairs, total_bytes, failed = await _pairs_through_api(
+                memory, parts, embedder, batch, flip
+            )
         else:
             await memory.close()  # the daemon opens the store itself
             model = (memory.ingestor.options, embedder, batch)
             pairs, failed = await asyncio.to_thread(
-                _pairs_through_daemon, folder, parts, workdir, overrides, model
+                _pairs_through_daemon, folder, parts, workdir, overrides, model, flip
             )
             memory = await AsyncMemory.open(settings, embedder=embedder)
         stored = (await memory.counts())["chunks"]
