@@ -284,18 +284,18 @@ async def run(
     batch = settings.embed.batch_size
     total_bytes = sum(p.stat().st_size for p in paths)
     memory = await AsyncMemory.open(settings, embedder=embedder)
+    if via == "daemon":
+        model = (memory.ingestor.options, embedder, batch)
+        await memory.close()  # the daemon opens the store itself
+        pairs, failed = await asyncio.to_thread(
+            _pairs_through_daemon, folder, parts, workdir, overrides, model, flip
+        )
+        memory = await AsyncMemory.open(settings, embedder=embedder)  # to count its chunks
     try:
         if via == "api":
             pairs, total_bytes, failed = await _pairs_through_api(
                 memory, parts, embedder, batch, flip
             )
-        else:
-            await memory.close()  # the daemon opens the store itself
-            model = (memory.ingestor.options, embedder, batch)
-            pairs, failed = await asyncio.to_thread(
-                _pairs_through_daemon, folder, parts, workdir, overrides, model, flip
-            )
-            memory = await AsyncMemory.open(settings, embedder=embedder)
         stored = (await memory.counts())["chunks"]
     finally:
         await memory.close()

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from bench import scale, scale_truth
+from bench import ingest, scale, scale_truth
 from bench.__main__ import main
 from recalld.storage.sqlite import readers
 from recalld.storage.sqlite.store import SqliteStore
@@ -95,6 +95,16 @@ def test_synthetic_vectors_look_like_minilm():
     _, q = scale.queries(corpus, 20)
     tenth = np.sort(q @ vectors.T, axis=1)[:, -10]
     assert 0.3 < float(tenth.mean()) < 0.6
+
+
+def test_ingest_slices_are_consecutive_and_their_pairs_take_turns():
+    paths = [Path(f"f{i}") for i in range(10)]
+    parts = ingest.split(paths, 3)
+    assert [len(p) for p in parts] == [4, 3, 3] and [p for part in parts for p in part] == paths
+    assert ingest.split(paths[:2], 5) == [[paths[0]], [paths[1]]]  # never an empty slice
+    # ABBA: pairs alternate, and the next round starts the other way round.
+    assert [ingest._model_first(i, 0) for i in range(4)] == [False, True, False, True]
+    assert [ingest._model_first(i, 1) for i in range(2)] == [True, False]
 
 
 def test_ingest_command_compares_the_pipeline_with_the_model(tmp_path: Path):
