@@ -439,7 +439,7 @@ def scale(
     type=click.IntRange(min=1),
     default=1,
     show_default=True,
-    help="Ingest the folder in this many consecutive slices, each followed by the model alone "
+    help="Ingest the folder in this many consecutive slices, each paired with the model alone "
     "on its chunks, so that each pair sees the same machine speed; the ratio is of the sums.",
 )
 @REPORT_OPTIONS

@@ -5,7 +5,7 @@ The pipeline run goes into a fresh store either through the API (`AsyncMemory`'s
 `ingest_now` runs its batches: read, hash, chunk, embed in shared batches, one transaction per
 call) or through a real daemon (`--via daemon`: `recalld serve` on the work folder, timed
 around the client's `ingest` of the folder); its clock stops when the last document is
-committed, i.e. searchable. The model run then embeds the very same chunk texts (chunked again
+committed, i.e. searchable. The model run embeds the very same chunk texts (chunked again
 with the same options, so nothing is read from the store) in batches of the same size. Their
 ratio is the pipeline's overhead. Both runs also report the CPU time they took (every thread
 of the process; the daemon's read from /proc): the CPU ratio is the pipeline's own work,
@@ -16,7 +16,7 @@ The machine's speed drifts: the model alone on the same 100 files took 2.4-3.1 s
 minute of back-to-back runs, neighbours within ~5% of each other but the drift enough to move
 a whole-folder pair's ratio by 0.15 (17.9-24.0 s for the model alone on one folder between
 runs). So `--slices N` ingests the folder in N consecutive slices into the one store, each
-slice followed at once by the model alone on its chunks: each pair sees the same machine, and
+slice paired at once with the model alone on its chunks: each pair sees the same machine, and
 the ratio of the sums follows the drift out. Each slice starts and drains the pipeline (its
 reads and chunking no longer overlap the previous slice's model calls), which costs the
 pipeline, never the model. Every other pair times the model first (ABBA, `_model_first`),
