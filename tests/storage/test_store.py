@@ -72,6 +72,36 @@ async def test_unchanged_chunks_keep_their_rows_and_counters(store: Store):
     assert (await store.read(lambda r: r.counts()))["chunks"] == 3
 
 
+async def test_replace_documents_writes_each_in_order_and_clears_their_errors(store: Store):
+    # A document with stale chunks between two new ones: the batched path stops there, that
+    # one's old chunk goes, and the rest follow; links of a later document are kept too.
+    await put(store, "b.md", ["bee kept", "bee stale"])
+    [(target, _)] = await fts(store, "kept")
+    for source in ("a.md", "b.md", "c.md", "other.md"):
+        await store.write(lambda c, s=source: c.record_error(s, "IngestError", "broken"))
+    [a] = new_chunks(["alpha"])
+    kept, fresh = new_chunks(["bee kept", "bee fresh"])
+    b = [records.NewChunk(kept.draft, kept.token_count, None), fresh]
+    [c] = new_chunks(["gamma"])
+    c = records.NewChunk(c.draft, c.token_count, c.vector, (("similar", target, 0.95),))
+    docs = [
+        (records.NewDocument(name, "text", "markdown", "h2"), chunks)
+        for name, chunks in (("a.md", [a]), ("b.md", b), ("c.md", [c]))
+    ]
+    ids = await store.write(lambda w: w.replace_documents(docs))
+    found = await store.read(lambda r: r.documents_by_source(["a.md", "b.md", "c.md"]))
+    assert ids == [found[s].id for s in ("a.md", "b.md", "c.md")]
+    assert [found[s].chunk_count for s in ("a.md", "b.md", "c.md")] == [1, 2, 1]
+    assert await fts(store, "stale") == []
+    [(kept_id, _)] = await fts(store, "kept")
+    assert kept_id == target  # its row (and counters) stay
+    [(gamma, _)] = await fts(store, "gamma")
+    [link] = await store.read(lambda r: r.links_of(gamma, direction="out"))
+    assert (link["dst"], link["relation"], link["origin"]) == (target, "similar", "auto")
+    assert [e["source"] for e in await store.read(lambda r: r.errors())] == ["other.md"]
+    assert await store.write(lambda w: w.replace_documents([])) == []
+
+
 async def test_parents_are_linked_by_key(store: Store):
     vecs = EMBEDDER.embed(["s", "r", "f"])
     chunks = [

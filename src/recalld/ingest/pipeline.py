@@ -590,15 +590,10 @@ class Ingestor:
         async def write(conn: Writer) -> list[int]:
             if self.store.model_changed(version):
                 raise _ModelChanged
-            ids = []
-            for ready in group:
-                ids.append(
-                    await conn.replace_document(
-                        ready.row, ready.chunks, structure_links=self.linker.settings.auto
-                    )
-                )
-                await conn.clear_errors(ready.row.source)
-            return ids
+            return await conn.replace_documents(
+                [(ready.row, ready.chunks) for ready in group],
+                structure_links=self.linker.settings.auto,
+            )
 
         try:
             ids = await self.store.write(write)

@@ -468,6 +468,20 @@ class Writer(Reader, Protocol):
             The document id."""
         ...
 
+    async def replace_documents(
+        self,
+        docs: Sequence[tuple[NewDocument, Sequence[NewChunk]]],
+        *,
+        structure_links: bool = True,
+    ) -> list[int]:
+        """Replace documents in order, each as `replace_document` does, and forget their
+        sources' errors (they are ingested now), in the caller's transaction: an ingest's
+        documents in as few round trips as the backend allows.
+
+        Returns:
+            The document ids, in order."""
+        ...
+
     async def insert_vectors(
         self, rows: Sequence[tuple[int, npt.NDArray[np.float32], str, str]]
     ) -> None:

@@ -295,6 +295,14 @@ class PgWriter(PgReader, contract.Writer):
             self.conn, doc, chunks, structure_links=structure_links
         )
 
+    async def replace_documents(
+        self,
+        docs: Sequence[tuple[NewDocument, Sequence[NewChunk]]],
+        *,
+        structure_links: bool = True,
+    ) -> list[int]:
+        return await writer.replace_documents(self.conn, docs, structure_links=structure_links)
+
     async def insert_vectors(
         self, rows: Sequence[tuple[int, npt.NDArray[np.float32], str, str]]
     ) -> None:

@@ -187,6 +187,25 @@ async def record_error(conn: PgConn, source: str, error_type: str, message: str)
     )
 
 
+async def replace_documents(
+    conn: PgConn,
+    docs: Sequence[tuple[NewDocument, Sequence[NewChunk]]],
+    *,
+    structure_links: bool = True,
+) -> list[int]:
+    """See `contract.Writer.replace_documents`: each document as `replace_document` writes it
+    (a few round trips, whatever its size), then one statement for their errors."""
+    ids = [
+        await replace_document(conn, doc, chunks, structure_links=structure_links)
+        for doc, chunks in docs
+    ]
+    if docs:
+        await conn.run(
+            "DELETE FROM errors WHERE source = ANY(%s)", [[doc.source for doc, _ in docs]]
+        )
+    return ids
+
+
 async def clear_errors(conn: PgConn, source: str) -> None:
     """Forget the errors of a source that has now been ingested."""
     await conn.run("DELETE FROM errors WHERE source = %s", [source])
