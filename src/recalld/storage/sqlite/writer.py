@@ -30,6 +30,9 @@ from recalld.storage.sqlite import links, vectors
 from recalld.storage.sqlite.on_thread import RawConnection, on_thread
 from recalld.storage.sqlite.vectors import VectorIndex
 
+# Forgets a source's errors: by itself (`clear_errors`) or as its documents are written.
+_CLEAR_ERRORS = "DELETE FROM errors WHERE source = ?"
+
 
 async def _fetchall(conn: aiosqlite.Connection, sql: str, params: Sequence[Any] = ()) -> list[Any]:
     # One hop to the connection's thread (execute, fetch and close there), not three.
@@ -207,7 +210,7 @@ def _begin_and_fill_each(
     for doc, chunks in docs:
         begun = _begin(raw, doc, chunks, now)
         if clear_errors:
-            raw.execute("DELETE FROM errors WHERE source = ?", (doc.source,))
+            raw.execute(_CLEAR_ERRORS, (doc.source,))
         if begun.stale:
             return written, begun
         written.append((begun.doc_id, _fill(raw, index, begun, chunks, now, structure_links)))
@@ -302,7 +305,7 @@ async def record_error(
 
 async def clear_errors(conn: aiosqlite.Connection, source: str) -> None:
     """Forget the errors of a source that has now been ingested."""
-    await conn.execute("DELETE FROM errors WHERE source = ?", (source,))
+    await conn.execute(_CLEAR_ERRORS, (source,))
 
 
 async def count_use(
