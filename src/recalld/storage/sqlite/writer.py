@@ -73,7 +73,7 @@ async def _replace(
 ) -> list[int]:
     """Write documents in order; their ids. Documents with no stale chunks (every new one) go
     in one trip to the connection's thread together (`on_thread`; a trip each, and another
-    for the errors, cost ~0.15 CPU s of 1,000 SciFact abstracts' ingest). One whose changed
+    for the errors, cost ~0.18 CPU s of 1,000 SciFact abstracts' ingest). One whose changed
     chunks must go first takes a few trips of its own, and auto links one each."""
     ids: list[int] = []
     while len(ids) < len(docs):
