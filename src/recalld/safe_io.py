@@ -4,9 +4,10 @@
   device named like a document (or an ignore file) is refused before anything can block on it,
   with no window between a stat and the open.
 - `call_with_timeout` runs blocking file work in a daemon thread and stops waiting at a
-  deadline. A regular file can still block (a FUSE or network mount that hangs, a file under a
-  lease, `/proc`); the caller then moves on, and because the thread is a daemon thread, not one
-  of the default executor's, the process can still exit (issue 18: one such read stopped all
+  deadline; `call_each_with_timeout` runs a batch of such calls in turn, each with its own. A
+  regular file can still block (a FUSE or network mount that hangs, a file under a lease,
+  `/proc`); the caller then moves on, and because the thread is a daemon thread, not one of
+  the default executor's, the process can still exit (issue 18: one such read stopped all
   ingest and made SIGTERM hang). The stuck thread ends when the read does. Threads are reused
   (`_Readers`): a stuck one only means the next call starts another.
 """
@@ -20,7 +21,8 @@ import os
 import queue
 import stat
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO, TypeVar
 
 T = TypeVar("T")
@@ -110,27 +112,91 @@ async def call_with_timeout(fn: Callable[[], T], limit_s: float) -> T:
     The thread is left to finish on its own (its result is dropped). Use it for file reads
     only: a thread stuck in one never blocks shutdown, and the calls after it go to others.
     """
+    [outcome] = await call_each_with_timeout([fn], limit_s)
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+async def call_each_with_timeout(
+    calls: Sequence[Callable[[], T]], limit_s: float
+) -> list[T | BaseException]:
+    """Each of `calls` in turn in one daemon thread, each with its own deadline: `limit_s`
+    after it starts. Returns what each returned or raised, in order; `TimeoutError` for a call
+    still running at its deadline.
+
+    A batch of files costs one hop to a thread and back, not one a file: a hop each cost the
+    event loop a wake-up and ~0.1 ms per file (2.5 of 16 CPU s when a daemon ingested 5,183
+    small files, the model stubbed). A call past its deadline is left to finish on its own,
+    its thread then stops; the calls after it go to another thread.
+    """
+    outcomes: list[T | BaseException] = []
+    rest = list(calls)
+    while rest:
+        done = await _call_in_turn(rest, limit_s)
+        outcomes.extend(done)
+        if len(done) == len(rest):
+            break
+        outcomes.append(TimeoutError(f"no answer in {limit_s:g} s"))
+        rest = rest[len(done) + 1 :]
+    return outcomes
+
+
+class _Progress:
+    """How far a reader thread has gone through its calls, read by the task waiting on it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.outcomes: list[Any] = []
+        self.started = time.monotonic()  # when the call under way began (or was queued)
+        self.abandoned = False  # the task stopped waiting: the thread takes no further call
+
+
+async def _call_in_turn(
+    calls: Sequence[Callable[[], T]], limit_s: float
+) -> list[T | BaseException]:
+    """The outcomes of `calls` run in turn in a reader thread, up to the first one still
+    running `limit_s` after it started (that one and those after it are left out)."""
     loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
+    finished: asyncio.Future[None] = loop.create_future()
+    progress = _Progress()
 
-    def settle(result: T | None, error: BaseException | None) -> None:
-        if future.done():
-            return  # the caller stopped waiting
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(result)  # type: ignore[arg-type]
+    def work() -> None:
+        for call in calls:
+            with progress.lock:
+                if progress.abandoned:
+                    return
+                progress.started = time.monotonic()
+            outcome: T | BaseException
+            try:
+                outcome = call()
+            except BaseException as exc:  # handed to the caller, like to_thread does
+                outcome = exc
+            with progress.lock:
+                if progress.abandoned:
+                    return
+                progress.outcomes.append(outcome)
 
-    def work() -> tuple[T | None, BaseException | None]:
-        try:
-            return fn(), None
-        except BaseException as exc:  # handed to the caller, like to_thread does
-            return None, exc
-
-    def hand_over(outcome: tuple[T | None, BaseException | None]) -> None:
+    def hand_over(_: None) -> None:
         with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(settle, *outcome)
+            loop.call_soon_threadsafe(_settle, finished)
 
     _READERS.run(work, hand_over)
-    async with asyncio.timeout(limit_s):
-        return await future
+    try:
+        while not finished.done():
+            with progress.lock:
+                left = progress.started + limit_s - time.monotonic()
+                if left <= 0:
+                    progress.abandoned = True
+                    return list(progress.outcomes)
+            await asyncio.wait([finished], timeout=left)
+    except asyncio.CancelledError:
+        with progress.lock:
+            progress.abandoned = True
+        raise
+    return progress.outcomes
+
+
+def _settle(finished: asyncio.Future[None]) -> None:
+    if not finished.done():
+        finished.set_result(None)

@@ -58,7 +58,7 @@ from recalld.ingest.pipeline import (
     too_large_error,
 )
 from recalld.ingest.watcher import FileState, PathFilter, WatchedSource, accepts, walk
-from recalld.safe_io import NotRegularFile, call_with_timeout, open_regular
+from recalld.safe_io import NotRegularFile, call_each_with_timeout, open_regular
 from recalld.storage.contract import Writer
 from recalld.types import Document
 
@@ -661,6 +661,7 @@ class Scheduler:
             latest[job.path] = job
         reads: list[_Read] = []
         gone: list[str] = []
+        to_read: list[tuple[Path, WatchedSource | None]] = []
         for path in latest:
             if (bad_name := _name_error(path)) is not None:
                 await self._fail(report, bad_name.data["path"], bad_name)
@@ -668,19 +669,28 @@ class Scheduler:
             source = None if explicit else self.source_for(path)
             if source is not None and not accepts(source.kind, path):
                 continue
-            timeout = self.ingestor.read_timeout_s
-            try:
-                refusal, found = await call_with_timeout(
-                    partial(self._admit_and_read, path, source, allow_secrets), timeout
-                )
-            except TimeoutError:
+            to_read.append((path, source))
+        # The batch's files in one trip to a reader thread, each with its own deadline.
+        timeout = self.ingestor.read_timeout_s
+        outcomes = await call_each_with_timeout(
+            [
+                partial(self._admit_and_read, path, source, allow_secrets)
+                for path, source in to_read
+            ],
+            timeout,
+        )
+        for (path, source), outcome in zip(to_read, outcomes, strict=True):
+            if isinstance(outcome, TimeoutError):
                 await self._fail(report, os.fspath(path), read_timeout_error(path, timeout))
                 continue
-            except (OSError, IngestError) as exc:
+            if isinstance(outcome, (OSError, IngestError)):
                 # Not rescanned for its rules even if it is an ignore file: a FIFO named
                 # .gitignore is listed again by that scan, which would loop.
-                await self._fail(report, os.fspath(path), exc)
+                await self._fail(report, os.fspath(path), outcome)
                 continue
+            if isinstance(outcome, BaseException):
+                raise outcome
+            refusal, found = outcome
             if source is not None and path.name in IGNORE_FILES:
                 self.scan(path.parent)  # what its rules now let in or keep out
             if refusal is not None:
