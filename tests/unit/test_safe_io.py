@@ -77,9 +77,9 @@ async def test_a_batch_runs_in_one_thread_and_keeps_each_outcome_in_order() -> N
 
 
 async def test_each_call_in_a_batch_has_its_own_deadline() -> None:
-    # Five calls of 0.1 s each against a 0.3 s deadline: the batch takes longer than the
+    # Five calls of 0.1 s each against a 0.4 s deadline: the batch takes longer than the
     # deadline, but no call does.
-    outcomes = await call_each_with_timeout([partial(time.sleep, 0.1)] * 5, 0.3)
+    outcomes = await call_each_with_timeout([partial(time.sleep, 0.1)] * 5, 0.4)
     assert outcomes == [None] * 5
 
 
